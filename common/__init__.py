@@ -1,0 +1,1 @@
+"""Plumbing shared by every trainer. Never imports a trainer."""

@@ -1,0 +1,21 @@
+"""Errors caused by the user's input (configs, files, checkpoints).
+
+The CLIs turn a UserError into one line on stderr and exit code 2; anything
+else is a bug and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+  """Bad input from the user; the message names the file, key or value."""
+
+
+class ConfigError(UserError):
+  """A config key or value is invalid."""
+
+
+class DataError(UserError):
+  """An input file or array is unreadable or inconsistent."""
+
+
+class CheckpointError(UserError):
+  """A checkpoint is missing, of another network, or does not match the model."""
