@@ -1,0 +1,257 @@
+"""Devices: report, GPU kernel check, memory limit, determinism, strategy.
+
+TensorFlow silently ignores a GPU whose compute capability is below the
+smallest one its wheel was built for (a GTX 960M, 5.0, under tensorflow 2.17
+and later) and trains on the CPU. The kernel check below says so, using
+nvidia-smi to see GPUs that TensorFlow ignored.
+"""
+import dataclasses
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+# Kernels in the pip wheels of the supported range, newest release first
+# (tf.sysconfig.get_build_info()['cuda_compute_capabilities']); 2.17 to 2.21
+# share the first list.
+RELEASE_KERNELS = (
+    ("2.21.0", ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90")),
+    ("2.16.2", ("sm_50", "sm_60", "sm_70", "sm_80", "compute_90")),
+)
+
+_ARCH_PATTERN = re.compile(r"^(sm|compute)_(\d+)(\d)([a-z]?)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInfo:
+  """One GPU; source is "tensorflow" or "nvidia-smi" (seen by the driver only)."""
+  index: int
+  name: str
+  capability: tuple | None  # (major, minor), None when unknown
+  source: str = "tensorflow"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCheck:
+  """Whether TensorFlow has kernels for a GPU; message says what to do if not."""
+  ok: bool
+  message: str
+
+
+def format_capability(capability):
+  return "unknown" if capability is None else f"{capability[0]}.{capability[1]}"
+
+
+def parse_arch(arch):
+  """'sm_86' -> ('sm', (8, 6), False); 'compute_90' -> ('compute', (9, 0), False).
+
+  The third item is True for arch-specific cubins ('sm_90a'), which run on
+  that exact capability only.
+  """
+  match = _ARCH_PATTERN.match(arch.strip())
+  if not match:
+    raise ValueError(f"unrecognized CUDA architecture {arch!r}")
+  kind, major, minor, suffix = match.groups()
+  return kind, (int(major), int(minor)), suffix == "a"
+
+
+def arch_runs_on(arch, capability):
+  """True when code built for arch runs on a GPU of this capability.
+
+  A cubin (sm_XY) runs on the same major version with minor >= Y; PTX
+  (compute_XY) is compiled by the driver for any capability >= X.Y.
+  """
+  kind, built, exact = parse_arch(arch)
+  if kind == "compute":
+    return tuple(capability) >= built
+  if exact:
+    return tuple(capability) == built
+  return capability[0] == built[0] and capability[1] >= built[1]
+
+
+def find_kernel_arch(capability, build_archs):
+  """The entry of build_archs that serves capability (a cubin first), or None."""
+  usable = [a for a in build_archs if arch_runs_on(a, capability)]
+  cubins = [a for a in usable if a.startswith("sm_")]
+  return (cubins or usable or [None])[-1]
+
+
+def recommend_release(capability):
+  """(version, arch) of the newest supported release with kernels, or None."""
+  for version, archs in RELEASE_KERNELS:
+    arch = find_kernel_arch(capability, archs)
+    if arch:
+      return version, arch
+  return None
+
+
+def describe_kernel_support(capability, build_archs, tf_version, gpu_label="GPU"):
+  """Pure check of one GPU against a TensorFlow build; returns a KernelCheck."""
+  cap = format_capability(capability)
+  if not build_archs:
+    return KernelCheck(False, (
+        f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} "
+        "was built without CUDA: install tensorflow[and-cuda] on Linux or WSL2"))
+  arch = find_kernel_arch(capability, build_archs)
+  built = ", ".join(build_archs)
+  if arch and arch.startswith("compute_"):
+    return KernelCheck(True, (
+        f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} runs "
+        f"on it through {arch} PTX, compiled by the driver at start-up "
+        "(the first run can take minutes)"))
+  if arch:
+    return KernelCheck(True, (
+        f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} "
+        f"has kernels for it ({arch})"))
+  advice = recommend_release(capability)
+  if advice:
+    version, release_arch = advice
+    last = "the newest" if version == RELEASE_KERNELS[0][0] else "the last"
+    install = (f'install tensorflow[and-cuda]=={version}, {last} release '
+               f"built with {release_arch}")
+  else:
+    install = (f"no tensorflow release from {RELEASE_KERNELS[-1][0]} to "
+               f"{RELEASE_KERNELS[0][0]} has kernels for it: use the CPU or "
+               "build tensorflow from source for this capability")
+  return KernelCheck(False, (
+      f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} has "
+      f"kernels for {built} only; {install}"))
+
+
+def parse_nvidia_smi(text):
+  """GpuInfo list from `nvidia-smi --query-gpu=index,name,compute_cap --format=csv,noheader`."""
+  gpus = []
+  for line in text.strip().splitlines():
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != 3 or not parts[0].isdigit():
+      continue
+    index, name, cap = parts
+    match = re.match(r"^(\d+)\.(\d+)$", cap)
+    capability = (int(match.group(1)), int(match.group(2))) if match else None
+    gpus.append(GpuInfo(int(index), name, capability, source="nvidia-smi"))
+  return gpus
+
+
+def query_nvidia_smi():
+  """GPUs the NVIDIA driver sees, whether or not TensorFlow uses them."""
+  if not shutil.which("nvidia-smi"):
+    return []
+  try:
+    result = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
+        capture_output=True, text=True, timeout=30, check=True)
+  except (OSError, subprocess.SubprocessError):
+    return []
+  return parse_nvidia_smi(result.stdout)
+
+
+def list_tf_gpus():
+  """GPUs TensorFlow will use, with name and compute capability."""
+  gpus = []
+  for index, device in enumerate(tf.config.list_physical_devices("GPU")):
+    details = tf.config.experimental.get_device_details(device)
+    gpus.append(GpuInfo(index, details.get("device_name", device.name),
+                        details.get("compute_capability")))
+  return gpus
+
+
+def list_gpus():
+  """TensorFlow's GPUs, or else the driver's (those TensorFlow ignored)."""
+  return list_tf_gpus() or query_nvidia_smi()
+
+
+def build_archs():
+  """CUDA architectures the installed TensorFlow has kernels for ([] for CPU builds)."""
+  return list(tf.sysconfig.get_build_info().get("cuda_compute_capabilities", []))
+
+
+def check_gpu_kernels(gpus=None):
+  """KernelCheck per GPU for the installed TensorFlow; warns on the bad ones."""
+  checks = []
+  for gpu in list_gpus() if gpus is None else gpus:
+    label = f"GPU {gpu.index} ({gpu.name})"
+    if gpu.capability is None:
+      checks.append(KernelCheck(False, f"{label}: compute capability unknown"))
+    else:
+      checks.append(describe_kernel_support(
+          gpu.capability, build_archs(), tf.__version__, label))
+    if not checks[-1].ok:
+      logging.warning("%s", checks[-1].message)
+  return checks
+
+
+def configure_devices(memory_limit_mb=0, memory_growth=True):
+  """Sets GPU memory options; call before anything initializes TensorFlow's GPUs.
+
+  With memory_limit_mb > 0 each GPU becomes one logical device of that size
+  (to make a large card behave like a 4 GB one); TensorFlow reserves the limit
+  up front then, so memory growth does not apply. Returns the device report.
+  """
+  tf.debugging.set_log_device_placement(False)
+  try:
+    for gpu in tf.config.list_physical_devices("GPU"):
+      if memory_limit_mb > 0:
+        tf.config.set_logical_device_configuration(
+            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=memory_limit_mb)])
+      elif memory_growth:
+        tf.config.experimental.set_memory_growth(gpu, True)
+  except RuntimeError as e:
+    raise RuntimeError(
+        "configure_devices() must run before TensorFlow initializes the GPUs "
+        f"(before any op or model is created): {e}") from e
+  report = device_report(memory_limit_mb)
+  for line in report.splitlines():
+    logging.info("%s", line)
+  check_gpu_kernels()
+  return report
+
+
+def device_report(memory_limit_mb=0):
+  """A few lines: TensorFlow, Python, CPUs, oneDNN setting and each GPU."""
+  info = tf.sysconfig.get_build_info()
+  cuda = (f"CUDA {info.get('cuda_version')}, cuDNN {info.get('cudnn_version')}"
+          if info.get("is_cuda_build") else "no CUDA")
+  onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (TensorFlow's default)")
+  lines = [
+      f"tensorflow {tf.__version__} ({cuda}), keras {keras.__version__}, "
+      f"python {platform.python_version()}, {sys.platform} {platform.machine()}",
+      f"CPU: {os.cpu_count()} logical cores, TF_ENABLE_ONEDNN_OPTS={onednn}",
+  ]
+  for gpu in list_gpus():
+    if gpu.source != "tensorflow":
+      note = " (seen by the driver, NOT used by tensorflow)"
+    elif memory_limit_mb > 0:
+      note = f", memory limit {memory_limit_mb} MB"
+    else:
+      note = ""
+    lines.append(f"GPU {gpu.index}: {gpu.name}, compute capability "
+                 f"{format_capability(gpu.capability)}{note}")
+  if len(lines) == 2:
+    lines.append("GPU: none; training runs on the CPU")
+  return "\n".join(lines)
+
+
+def set_determinism(seed, deterministic):
+  """Seeds Python, NumPy and TensorFlow; optionally makes ops deterministic."""
+  keras.utils.set_random_seed(seed)
+  if deterministic:
+    tf.config.experimental.enable_op_determinism()
+
+
+def make_strategy():
+  """MultiWorkerMirrored with TF_CONFIG, Mirrored with several GPUs, else default."""
+  if os.environ.get("TF_CONFIG"):
+    logging.info("strategy: MultiWorkerMirroredStrategy (TF_CONFIG is set)")
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  gpus = tf.config.list_logical_devices("GPU")
+  if len(gpus) > 1:
+    logging.info("strategy: MirroredStrategy over %d GPUs", len(gpus))
+    return tf.distribute.MirroredStrategy()
+  logging.info("strategy: default (one device: %s)", gpus[0].name if gpus else "CPU")
+  return tf.distribute.get_strategy()
