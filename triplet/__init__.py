@@ -1,0 +1,1 @@
+"""Triplet-loss embedding trainer with online mining (FaceNet-style)."""
