@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from common import hardware
+from scripts import check_gpu
 
 TF_2_21 = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
 TF_2_16 = ["sm_50", "sm_60", "sm_70", "sm_80", "compute_90"]
@@ -116,3 +117,49 @@ def test_make_strategy_default_on_one_device(monkeypatch):
   if len(tf.config.list_logical_devices("GPU")) > 1:
     pytest.skip("several GPUs: MirroredStrategy is expected")
   assert hardware.make_strategy() is tf.distribute.get_strategy()
+
+
+# scripts/check_gpu.py
+BUILD_2_21 = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
+              "cuda_compute_capabilities": TF_2_21}
+
+
+def test_check_gpu_gtx960m_ignored_by_2_21():
+  gpu = hardware.GpuInfo(0, "NVIDIA GeForce GTX 960M", (5, 0), source="nvidia-smi")
+  lines, usable = check_gpu.diagnose("linux", "2.21.0", BUILD_2_21, [], [gpu])
+  text = "\n".join(lines)
+  assert not usable
+  assert "CUDA 12.5.1, cuDNN 9" in text
+  assert "GPU 0: NVIDIA GeForce GTX 960M, compute capability 5.0" in text
+  assert 'fix: pip install "tensorflow[and-cuda]==2.16.2"' in text
+
+
+def test_check_gpu_usable_gpu():
+  gpu = hardware.GpuInfo(0, "NVIDIA H200", (9, 0))
+  lines, usable = check_gpu.diagnose("linux", "2.21.0", BUILD_2_21, [gpu], [])
+  assert usable
+  assert "compute_90" in lines[-1]
+
+
+def test_check_gpu_driver_sees_gpu_tensorflow_does_not():
+  gpu = hardware.GpuInfo(0, "NVIDIA GeForce RTX 3060", (8, 6), source="nvidia-smi")
+  lines, usable = check_gpu.diagnose("linux", "2.21.0", BUILD_2_21, [], [gpu])
+  assert not usable
+  assert 'CUDA libraries are missing' in lines[-1]
+  assert 'pip install "tensorflow[and-cuda]==2.21.0"' in lines[-1]
+
+
+def test_check_gpu_native_windows_points_to_wsl2():
+  gpu = hardware.GpuInfo(0, "NVIDIA GeForce GTX 960M", (5, 0), source="nvidia-smi")
+  lines, usable = check_gpu.diagnose("win32", "2.16.2", {"is_cuda_build": False}, [], [gpu])
+  assert not usable
+  assert "no GPU support" in lines[-1] and "WSL2" in lines[-1]
+
+
+def test_check_gpu_without_gpu_exits_1(monkeypatch, capsys):
+  monkeypatch.setattr(hardware, "list_tf_gpus", lambda: [])
+  monkeypatch.setattr(hardware, "query_nvidia_smi", lambda: [])
+  assert check_gpu.main() == 1
+  out = capsys.readouterr().out
+  assert f"tensorflow {tf.__version__}" in out
+  assert "no NVIDIA GPU found" in out
