@@ -1,0 +1,106 @@
+"""Verification and retrieval metrics on hand-made cases."""
+import numpy as np
+from PIL import Image
+import pytest
+
+from triplet import metrics
+
+
+def test_best_threshold_separates_classes_midway():
+  distances = [0.1, 0.2, 0.3, 0.9, 1.0, 1.1]
+  is_same = [True, True, True, False, False, False]
+  threshold = metrics.best_threshold(distances, is_same)
+  assert threshold == pytest.approx(0.6)
+  assert metrics.accuracy(distances, is_same, threshold) == 1.0
+
+
+def test_best_threshold_with_overlap_maximizes_accuracy():
+  # Below 0.5 accepts 3 same + 1 different (5/6 correct); every other cut does worse.
+  distances = [0.1, 0.2, 0.3, 0.4, 0.6, 0.7]
+  is_same = [True, False, True, True, False, False]
+  threshold = metrics.best_threshold(distances, is_same)
+  assert threshold == pytest.approx(0.5)
+  assert metrics.accuracy(distances, is_same, threshold) == pytest.approx(5 / 6)
+
+
+def test_verification_accuracy_scores_each_fold_with_the_other_folds_threshold():
+  # Fold 0 separates at 0.5, fold 1 at 1.5; either threshold misclassifies the other fold's
+  # 2 crossing pairs: 2 of 4 correct per fold.
+  distances = [0.2, 0.4, 0.6, 0.8, 1.2, 1.4, 1.6, 1.8]
+  is_same = [True, True, False, False, True, True, False, False]
+  result = metrics.verification_accuracy(distances, is_same, num_folds=2)
+  assert result["accuracy"] == pytest.approx(0.5)
+  assert result["threshold"] == pytest.approx(1.0)
+  # One fold: the threshold is fit and scored on everything.
+  assert metrics.verification_accuracy(distances, is_same, num_folds=1)["accuracy"] == pytest.approx(0.75)
+
+
+def test_verification_accuracy_is_perfect_when_classes_separate():
+  rng = np.random.default_rng(0)
+  distances = np.concatenate([rng.uniform(0, 1, 300), rng.uniform(1.2, 2, 300)])
+  is_same = np.arange(600) < 300
+  order = rng.permutation(600)
+  result = metrics.verification_accuracy(distances[order], is_same[order], num_folds=10)
+  assert result["accuracy"] == 1.0 and result["accuracy_std"] == 0.0
+
+
+def test_threshold_at_far_accepts_at_most_the_allowed_false_pairs():
+  different = np.linspace(0.001, 1.0, 2000)  # 2000 x 1e-3 = 2 false accepts allowed
+  distances = np.concatenate([different, [0.0005, 0.5]])
+  is_same = np.r_[np.zeros(2000, bool), True, True]
+  threshold = metrics.threshold_at_far(distances, is_same, 1e-3)
+  assert threshold == pytest.approx(different[2])
+  tar, far = metrics.rates(distances, is_same, threshold)
+  assert far == pytest.approx(2 / 2000)
+  assert tar == 0.5
+
+
+def test_val_at_far_over_folds():
+  rng = np.random.default_rng(1)
+  # Same pairs: half clearly below every different pair, half mixed in.
+  same = np.r_[rng.uniform(0.0, 0.1, 500), rng.uniform(0.5, 2.0, 500)]
+  different = rng.uniform(0.2, 2.0, 10000)
+  distances = np.r_[same, different]
+  is_same = np.r_[np.ones(1000, bool), np.zeros(10000, bool)]
+  order = rng.permutation(len(distances))
+  result = metrics.val_at_far(distances[order], is_same[order], far=1e-3, num_folds=10)
+  assert result["far"] <= 2e-3
+  assert 0.5 <= result["val"] < 0.53
+
+
+def test_recall_at_k_leave_one_out():
+  embeddings = np.array([[0.0], [3.0], [1.0], [1.1], [10.0], [20.0]])
+  labels = np.array([0, 0, 1, 1, 2, 3])  # Labels 2 and 3 occur once: not queries.
+  # Query 0 -> nearest 2 (label 1), then 3 (1), then 1 (label 0): hit at rank 3.
+  # Query 1 -> nearest 3 (label 1), then 2 (1), then 0 (label 0): hit at rank 3.
+  # Queries 2 and 3 find each other first.
+  recall = metrics.recall_at_k(embeddings, labels, ks=(1, 2, 3, 5))
+  assert recall == {1: 0.5, 2: 0.5, 3: 1.0, 5: 1.0}
+
+
+def test_recall_at_k_needs_a_repeated_label():
+  with pytest.raises(ValueError, match="at least twice"):
+    metrics.recall_at_k(np.eye(3), [0, 1, 2])
+
+
+def test_roc_curve_and_area():
+  far, tar = metrics.roc_curve([0.1, 0.2, 0.2, 0.4], [True, False, True, False])
+  np.testing.assert_allclose(far, [0, 0, 0.5, 1])
+  np.testing.assert_allclose(tar, [0, 0.5, 1, 1])
+  assert metrics.area_under_curve(far, tar) == pytest.approx(0.875)
+  perfect_far, perfect_tar = metrics.roc_curve([0.1, 0.2, 0.8, 0.9], [True, True, False, False])
+  assert metrics.area_under_curve(perfect_far, perfect_tar) == 1.0
+
+
+def test_write_roc_png_draws_the_curve(tmp_path):
+  far, tar = metrics.roc_curve([0.1, 0.2, 0.8, 0.9], [True, True, False, False])
+  path = metrics.write_roc_png(str(tmp_path / "roc.png"), far, tar, size=200, margin=40)
+  with Image.open(path) as image:
+    assert image.format == "PNG" and image.size == (200, 200)
+    pixels = np.asarray(image.convert("RGB")).astype(int)
+  curve = np.all(pixels == (31, 90, 200), axis=-1)
+  # A perfect classifier climbs the left edge and runs along the top of the plot.
+  left, top, right, bottom = 40, 40, 180, 160
+  assert curve[top + 5:bottom - 5, left - 1:left + 2].any(axis=1).all()
+  assert curve[top - 1:top + 2, left + 5:right - 5].any(axis=0).all()
+  assert not curve[bottom - 40:bottom - 5, right - 40:right - 5].any()

@@ -1,0 +1,171 @@
+"""Verification and retrieval metrics of embeddings, in NumPy.
+
+Verification follows the LFW protocol: pairs come in `num_folds` contiguous
+folds (pairs.txt order); each fold is scored with the threshold chosen on the
+other folds. A pair is predicted "same" when its distance is below the
+threshold.
+"""
+import numpy as np
+from PIL import Image
+from PIL import ImageDraw
+
+# Queries scored per block in retrieval, bounding memory to this many rows of distances.
+_RETRIEVAL_BLOCK = 512
+
+
+def pair_distances(embeddings_a, embeddings_b):
+  """Euclidean distance between matching rows of two [N, D] arrays."""
+  diff = np.asarray(embeddings_a, np.float64) - np.asarray(embeddings_b, np.float64)
+  return np.sqrt(np.sum(diff * diff, axis=1))
+
+
+def _accepted(sorted_distances, thresholds):
+  """How many of the sorted distances fall below each threshold."""
+  return np.searchsorted(sorted_distances, thresholds, side="left")
+
+
+def accuracy(distances, is_same, threshold):
+  is_same = np.asarray(is_same, bool)
+  return float(np.mean((np.asarray(distances) < threshold) == is_same))
+
+
+def best_threshold(distances, is_same):
+  """The threshold of highest accuracy, midway between two observed distances."""
+  distances = np.asarray(distances, np.float64)
+  is_same = np.asarray(is_same, bool)
+  values = np.unique(distances)
+  candidates = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2, [values[-1] + 1.0]])
+  true_accepts = _accepted(np.sort(distances[is_same]), candidates)
+  false_accepts = _accepted(np.sort(distances[~is_same]), candidates)
+  correct = true_accepts + (np.sum(~is_same) - false_accepts)
+  return float(candidates[np.argmax(correct)])
+
+
+def split_folds(num_pairs, num_folds):
+  """Indices of `num_folds` contiguous folds, LFW's pairs.txt layout."""
+  if not 1 <= num_folds <= num_pairs:
+    raise ValueError(f"cannot split {num_pairs} pairs into {num_folds} folds")
+  return np.array_split(np.arange(num_pairs), num_folds)
+
+
+def _cross_validate(distances, is_same, num_folds, fit, score):
+  """Per fold: fit(train distances, train labels) -> threshold, score on the fold.
+
+  With one fold the threshold is fit and scored on all pairs.
+  """
+  distances = np.asarray(distances, np.float64)
+  is_same = np.asarray(is_same, bool)
+  folds = split_folds(len(distances), num_folds)
+  results = []
+  for test in folds:
+    train = np.setdiff1d(np.arange(len(distances)), test) if num_folds > 1 else test
+    threshold = fit(distances[train], is_same[train])
+    results.append((threshold,) + tuple(score(distances[test], is_same[test], threshold)))
+  return np.array(results)
+
+
+def verification_accuracy(distances, is_same, num_folds=10):
+  """LFW protocol: returns {accuracy, accuracy_std, threshold} over the folds."""
+  results = _cross_validate(distances, is_same, num_folds, best_threshold,
+                            lambda d, s, t: (accuracy(d, s, t),))
+  return {"accuracy": float(results[:, 1].mean()), "accuracy_std": float(results[:, 1].std()),
+          "threshold": float(results[:, 0].mean())}
+
+
+def threshold_at_far(distances, is_same, far):
+  """The largest threshold accepting at most far x (number of different pairs) of them."""
+  different = np.sort(np.asarray(distances, np.float64)[~np.asarray(is_same, bool)])
+  allowed = int(np.floor(far * len(different) + 1e-9))
+  if allowed >= len(different):
+    return float(np.max(distances)) + 1.0
+  return float(different[allowed])
+
+
+def rates(distances, is_same, threshold):
+  """(true accept rate, false accept rate) at a threshold; 0 where a class is absent."""
+  accepted = np.asarray(distances) < threshold
+  is_same = np.asarray(is_same, bool)
+  tar = accepted[is_same].mean() if is_same.any() else 0.0
+  far = accepted[~is_same].mean() if (~is_same).any() else 0.0
+  return float(tar), float(far)
+
+
+def val_at_far(distances, is_same, far=1e-3, num_folds=10):
+  """VAL (true accept rate) at a false accept rate, thresholds fit on the other folds.
+
+  Returns {val, val_std, far}: the mean and spread of VAL and the mean false
+  accept rate the thresholds reached on the held-out folds.
+  """
+  results = _cross_validate(distances, is_same, num_folds,
+                            lambda d, s: threshold_at_far(d, s, far), rates)
+  return {"val": float(results[:, 1].mean()), "val_std": float(results[:, 1].std()),
+          "far": float(results[:, 2].mean())}
+
+
+def recall_at_k(embeddings, labels, ks=(1, 5)):
+  """Leave-one-out retrieval: the fraction of queries with a same-label item among their k nearest.
+
+  Every embedding is a query against all others; queries whose label occurs
+  only once (nothing to find) are left out. Returns {k: recall}.
+  """
+  embeddings = np.asarray(embeddings, np.float64)
+  labels = np.asarray(labels)
+  _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+  queries = np.flatnonzero(counts[inverse] > 1)
+  if not len(queries):
+    raise ValueError("recall@k needs a label that occurs at least twice")
+  max_k = min(max(ks), len(labels) - 1)
+  squared_norms = np.sum(embeddings * embeddings, axis=1)
+  hits = {k: 0 for k in ks}
+  for start in range(0, len(queries), _RETRIEVAL_BLOCK):
+    block = queries[start:start + _RETRIEVAL_BLOCK]
+    distances = squared_norms[block, None] - 2 * embeddings[block] @ embeddings.T + squared_norms[None]
+    distances[np.arange(len(block)), block] = np.inf  # A query does not retrieve itself.
+    nearest = np.argpartition(distances, max_k - 1, axis=1)[:, :max_k]
+    order = np.argsort(np.take_along_axis(distances, nearest, axis=1), axis=1, kind="stable")
+    nearest = np.take_along_axis(nearest, order, axis=1)
+    match = labels[nearest] == labels[block, None]
+    for k in ks:
+      hits[k] += int(np.sum(match[:, :k].any(axis=1)))
+  return {k: hits[k] / len(queries) for k in ks}
+
+
+def roc_curve(distances, is_same):
+  """(false accept rates, true accept rates) as the threshold sweeps over every distance, from (0, 0) to (1, 1)."""
+  distances = np.asarray(distances, np.float64)
+  is_same = np.asarray(is_same, bool)
+  order = np.argsort(distances, kind="stable")
+  sorted_distances, sorted_same = distances[order], is_same[order]
+  # One point per distinct distance: tied pairs are accepted together.
+  last_of_tie = np.r_[sorted_distances[1:] != sorted_distances[:-1], True]
+  true_accepts = np.cumsum(sorted_same)[last_of_tie]
+  false_accepts = np.cumsum(~sorted_same)[last_of_tie]
+  tar = np.r_[0.0, true_accepts / max(is_same.sum(), 1)]
+  far = np.r_[0.0, false_accepts / max((~is_same).sum(), 1)]
+  return far, tar
+
+
+def area_under_curve(x, y):
+  """Trapezoidal area under y(x) for increasing x."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2))
+
+
+def write_roc_png(path, far, tar, title="ROC", size=400, margin=48):
+  """Draws the ROC curve (linear axes, chance diagonal) into a PNG of size x size pixels."""
+  image = Image.new("RGB", (size, size), "white")
+  draw = ImageDraw.Draw(image)
+  left, top, right, bottom = margin, margin, size - margin // 2, size - margin
+  to_pixel = lambda x, y: (left + x * (right - left), bottom - y * (bottom - top))
+  draw.rectangle([left, top, right, bottom], outline="black")
+  draw.line([to_pixel(0, 0), to_pixel(1, 1)], fill=(190, 190, 190))
+  for tick in (0.0, 0.5, 1.0):
+    x, y = to_pixel(tick, tick)
+    draw.text((x - 8, bottom + 4), f"{tick:g}", fill="black")
+    draw.text((left - 24, y - 6), f"{tick:g}", fill="black")
+  draw.text((left, 4), f"{title}  AUC {area_under_curve(far, tar):.4f}", fill="black")
+  draw.text((left, top - 14), "true accept rate", fill="black")
+  draw.text((right - 100, bottom + 20), "false accept rate", fill="black")
+  draw.line([to_pixel(x, y) for x, y in zip(far, tar)], fill=(31, 90, 200), width=2)
+  image.save(path, format="PNG")
+  return path
