@@ -1,4 +1,5 @@
 """Every pixel-scaling scheme in one place; configs name one of SCHEMES."""
+import keras
 import tensorflow as tf
 
 from common.errors import ConfigError
@@ -42,3 +43,18 @@ def get_normalizer(name):
 
 def normalize(image, name):
   return get_normalizer(name)(image)
+
+
+class Normalize(keras.layers.Layer):
+  """The scheme as the model's first layer, so that the model (and its SavedModel) takes uint8 images."""
+
+  def __init__(self, scheme, **kwargs):
+    super().__init__(**kwargs)
+    self.scheme = scheme
+    self._fn = get_normalizer(scheme)
+
+  def call(self, images):
+    return tf.cast(self._fn(images), self.compute_dtype)
+
+  def get_config(self):
+    return dict(super().get_config(), scheme=self.scheme)

@@ -1,0 +1,92 @@
+"""What every trainer's command line shares: flags, the config check, and clean exits.
+
+A UserError (bad config key or value, unreadable file, wrong checkpoint) ends
+the program with one line on stderr and exit code 2; an interrupted run exits
+128 + the signal number after its checkpoint is written.
+"""
+import os
+import sys
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from common import config as config_lib
+from common import train_loop
+from common.errors import UserError
+
+EXIT_USER_ERROR = 2
+EXIT_DIVERGED = 3
+
+
+def define_flags(default_config, default_workdir):
+  """Defines --config (file[:preset], with --config.key=value overrides) and --workdir."""
+  _check_config_args(default_config, sys.argv)
+  config_flag = config_flags.DEFINE_config_file(
+      "config", default_config, "Config file, with a preset after a colon: configs/x.py:smoke.",
+      lock_config=True)
+  workdir_flag = flags.DEFINE_string(
+      "workdir", default_workdir, "Where checkpoints, summaries and results go; a run resumes from it.")
+  return config_flag, workdir_flag
+
+
+def _check_config_args(default_config, argv):
+  """A missing config file or a typo in --config.some.key is one line, not a traceback.
+
+  config_flags defines the override flags while --config itself is being
+  defined, so the check has to run first, on the config loaded without them.
+  """
+  config_args = [a for a in argv[1:] if a.startswith(("--config=", "-config="))]
+  path = (config_args[-1].split("=", 1)[1] if config_args else default_config).split(":")[0]
+  if not os.path.isfile(path):
+    fail(f"config file {path} does not exist (run from the repository root, or give its path)")
+  keys = config_lib.override_keys(argv[1:])
+  if not keys:
+    return
+  scratch = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file("config", default_config, flag_values=scratch,
+                                           sys_argv=argv[:1] + config_args)
+  try:
+    scratch(argv[:1] + config_args)
+    config_lib.check_keys_exist(holder.value, keys)
+  except Exception as e:  # config_flags wraps errors raised inside the config file.
+    fail(str(_user_error_in(e) or e))
+
+
+def _user_error_in(error):
+  """The UserError that caused `error` (config_flags wraps them), or None."""
+  while error is not None and not isinstance(error, UserError):
+    error = error.__cause__ or error.__context__
+  return error
+
+
+def fail(message, code=EXIT_USER_ERROR):
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
+def _parse_flags(argv):
+  """absl's parser, with config errors turned into one line and exit code 2."""
+  try:
+    flags.FLAGS(argv)
+  except Exception as e:  # flags.Error, or an error raised inside the config file.
+    fail(str(_user_error_in(e) or e))
+  return argv[:1]
+
+
+def run(main):
+  """Runs `main(argv)` under absl: user errors exit 2, divergence 3, a signal 128 + its number."""
+
+  def guarded_main(argv):
+    try:
+      config_lib.validate_config(flags.FLAGS.config)
+      return main(argv)
+    except UserError as e:
+      fail(str(e))
+    except train_loop.TrainingDiverged as e:
+      fail(f"training diverged: {e}", EXIT_DIVERGED)
+    except train_loop.TrainingInterrupted as e:
+      print(str(e), file=sys.stderr, flush=True)
+      sys.exit(128 + e.signum)
+
+  app.run(guarded_main, flags_parser=_parse_flags)

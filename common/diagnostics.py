@@ -1,0 +1,96 @@
+"""Finding where training went wrong: non-finite values, activation statistics, stalls."""
+import threading
+import time
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+
+# Elements sampled per variable to tell whether the weights moved (cheap next to a full copy).
+_SAMPLE_PER_VARIABLE = 64
+
+
+def activation_model(model):
+  """A model returning {layer name: output} for every single-output layer, in graph order."""
+  outputs = {}
+  for layer in model.layers:
+    if isinstance(layer, keras.layers.InputLayer):
+      continue
+    output = layer.output
+    if isinstance(output, (list, tuple)):
+      continue
+    outputs[layer.name] = output
+  return keras.Model(model.inputs, outputs)
+
+
+def activation_statistics(probe, inputs):
+  """{layer: (mean, variance)} of each layer's output for one batch, as Python floats."""
+  stats = {}
+  for name, value in probe(inputs, training=False).items():
+    value = tf.cast(value, tf.float32)
+    mean, variance = tf.nn.moments(tf.reshape(value, [-1]), axes=[0])
+    stats[name] = (float(mean), float(variance))
+  return stats
+
+
+def locate_nonfinite(model, inputs, loss_and_grads):
+  """One-line report of the first layer whose output, and the first variable whose gradient, is non-finite.
+
+  loss_and_grads(): returns (loss, [gradient per model.trainable_variables]) for the failing batch.
+  """
+  parts = []
+  bad_layer = next((name for name, value in activation_model(model)(inputs, training=True).items()
+                    if not np.all(np.isfinite(np.asarray(tf.cast(value, tf.float32))))), None)
+  parts.append(f"first non-finite activation: layer '{bad_layer}'" if bad_layer
+               else "all activations finite")
+  loss, grads = loss_and_grads()
+  if not np.isfinite(float(loss)):
+    parts.append(f"loss is {float(loss)}")
+  bad_grad = next((v.path for v, g in zip(model.trainable_variables, grads)
+                   if g is not None and not np.all(np.isfinite(np.asarray(tf.cast(g, tf.float32))))), None)
+  parts.append(f"first non-finite gradient: '{bad_grad}'" if bad_grad else "all gradients finite")
+  return "; ".join(parts)
+
+
+def sample_weights(variables):
+  """A small, fixed sample of every variable, concatenated, for stall detection."""
+  return np.concatenate([np.asarray(tf.reshape(v, [-1])[:_SAMPLE_PER_VARIABLE], np.float64)
+                         for v in variables]) if variables else np.zeros([0])
+
+
+def relative_update(before, after):
+  """||after - before|| / ||before|| over the sampled weights."""
+  return float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-30))
+
+
+class Watchdog:
+  """Warns when no training step has finished for timeout_s (a stuck input pipeline, a hung device)."""
+
+  def __init__(self, timeout_s):
+    self.timeout_s = timeout_s
+    self._last_beat = time.monotonic()
+    self._step = 0
+    self._stop = threading.Event()
+    self._thread = None
+
+  def __enter__(self):
+    if self.timeout_s > 0:
+      self._thread = threading.Thread(target=self._watch, daemon=True)
+      self._thread.start()
+    return self
+
+  def beat(self, step):
+    self._step = step
+    self._last_beat = time.monotonic()
+
+  def _watch(self):
+    while not self._stop.wait(min(self.timeout_s, 30.0)):
+      idle = time.monotonic() - self._last_beat
+      if idle > self.timeout_s:
+        logging.warning("no training step has finished for %.0f s (last finished step: %d); "
+                        "the input pipeline or the device may be stuck", idle, self._step)
+        self._last_beat = time.monotonic()
+
+  def __exit__(self, *exc):
+    self._stop.set()

@@ -1,0 +1,409 @@
+"""The one training loop of every trainer.
+
+It owns what a trainer should not have to get right again: the distribution
+strategy, mixed precision with loss scaling, gradient clipping, the guard
+against non-finite steps, checkpoints of the whole state (model, optimizers,
+step and input iterator), resuming, SIGTERM/SIGINT, progress lines,
+evaluation, summaries under a budget, and metrics.json.
+
+The non-finite guard is Keras' LossScaleOptimizer in both precisions (float32
+starts at scale 1, where scaling is exact): a step whose gradients are not
+finite changes no weight and lowers the scale. The loop restores BatchNorm
+statistics that such a step's forward pass touched, counts the step, and stops
+the run with a report after `train.max_consecutive_nonfinite` in a row.
+"""
+import dataclasses
+import json
+import os
+import signal
+import time
+from typing import Callable, Optional
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+
+from common import config as config_lib
+from common import diagnostics
+from common import hardware
+from common import summaries as summaries_lib
+
+
+class TrainingInterrupted(Exception):
+  """SIGTERM or SIGINT arrived; the checkpoint of `step` is written."""
+
+  def __init__(self, signum, step, checkpoint):
+    super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step}; "
+                     f"checkpoint {checkpoint} written; run the same command again to resume")
+    self.signum = signum
+
+
+class TrainingDiverged(Exception):
+  """Too many non-finite steps in a row; the message says where the values went non-finite."""
+
+
+@dataclasses.dataclass
+class Phase:
+  """A stretch of training with its own optimizer and its own trainable set.
+
+  prepare() sets `layer.trainable` for the phase (frozen BatchNorm layers then
+  run in inference mode); the phase trains `model.trainable_variables` after it.
+  """
+  name: str
+  num_steps: int
+  optimizer: keras.optimizers.Optimizer
+  prepare: Optional[Callable[[], None]] = None
+
+
+def prepare_run(config, workdir):
+  """Devices, determinism, precision policy and the resolved config; returns the strategy.
+
+  Call before building the model: the precision policy applies to layers built after it.
+  """
+  hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth)
+  hardware.set_determinism(config.seed, config.deterministic)
+  keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
+  config_lib.write_config(config, workdir)
+  return hardware.make_strategy()
+
+
+def make_optimizer(opt_cfg, mixed_precision, learning_rate=None):
+  """Adam with exponential decay and global-norm clipping, inside a LossScaleOptimizer.
+
+  learning_rate overrides opt_cfg.learning_rate (a second fine-tuning phase, say).
+  """
+  schedule = keras.optimizers.schedules.ExponentialDecay(
+      learning_rate if learning_rate is not None else opt_cfg.learning_rate,
+      decay_steps=opt_cfg.decay_steps, decay_rate=opt_cfg.decay_rate, staircase=opt_cfg.staircase)
+  inner = keras.optimizers.Adam(schedule, global_clipnorm=opt_cfg.clipnorm or None)
+  return keras.optimizers.LossScaleOptimizer(inner, initial_scale=2.0**15 if mixed_precision else 1.0)
+
+
+def batch_norm_statistics(model):
+  """The BatchNorm moving statistics, which a training forward pass assigns."""
+  return [v for v in model.non_trainable_variables
+          if v.path.endswith(("moving_mean", "moving_variance"))]
+
+
+def make_train_step(model, optimizer, loss_fn, strategy, jit_compile=False):
+  """The compiled step: (distributed batch) -> metrics, updating model and optimizer in place."""
+  variables = model.trainable_variables
+  statistics = batch_norm_statistics(model)
+  replicas = strategy.num_replicas_in_sync
+
+  def replica_step(batch):
+    saved_statistics = [tf.identity(v) for v in statistics]
+    with tf.GradientTape() as tape:
+      loss, metrics = loss_fn(model, batch, True)
+      regularization = tf.add_n([tf.cast(l, tf.float32) for l in model.losses]) if model.losses else 0.0
+      total = loss + regularization
+      scaled = optimizer.scale_loss(total / replicas)
+    grads = tape.gradient(scaled, variables)
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])
+    finite = tf.logical_and(finite, tf.math.is_finite(total))
+    nonfinite_replicas = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
+    all_finite = tf.equal(nonfinite_replicas, 0.0)
+    scale = tf.cast(optimizer.dynamic_scale, tf.float32)
+    grad_norm = tf.linalg.global_norm([g for g in grads if g is not None]) * replicas / scale
+    optimizer.apply(grads, variables)
+    for variable, saved in zip(statistics, saved_statistics):
+      variable.assign(tf.where(all_finite, variable, saved))
+    out = {"loss": loss, "regularization": tf.cast(regularization, tf.float32),
+           "grad_norm": tf.where(all_finite, grad_norm, 0.0),
+           "finite": tf.cast(all_finite, tf.float32), "loss_scale": scale}
+    out.update(metrics)
+    return out
+
+  @tf.function(jit_compile=jit_compile)
+  def train_step(batch):
+    per_replica = strategy.run(replica_step, args=(batch,))
+    return {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+            for name, value in per_replica.items()}
+
+  return train_step
+
+
+def first_replica(batch, strategy):
+  return tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0], batch)
+
+
+def write_json(path, payload):
+  """Atomic write, so that a crash never leaves a half-written file."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(payload, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def _format_seconds(seconds):
+  seconds = int(seconds)
+  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class _SignalFlag:
+  """Records SIGTERM/SIGINT so that the loop can checkpoint before it exits."""
+
+  def __init__(self):
+    self.signum = None
+    self._previous = {}
+
+  def __enter__(self):
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      self._previous[signum] = signal.signal(signum, self._record)
+    return self
+
+  def _record(self, signum, frame):
+    del frame
+    logging.warning("received %s: finishing this step, then saving a checkpoint",
+                    signal.Signals(signum).name)
+    self.signum = signum
+
+  def __exit__(self, *exc):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+
+
+class _Run:
+  """State of one call to `train`: what the loop reads and writes between steps."""
+
+  def __init__(self, config, workdir, strategy, model, train_dataset, phases, evaluate_fn,
+               image_summaries_fn):
+    self.config = config
+    self.workdir = workdir
+    self.strategy = strategy
+    self.model = model
+    self.phases = phases
+    self.evaluate_fn = evaluate_fn
+    self.image_summaries_fn = image_summaries_fn
+    self.total_steps = sum(p.num_steps for p in phases)
+    self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    self.nonfinite_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
+    self.iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
+    self.train_summaries = summaries_lib.SummaryBudget(os.path.join(workdir, "train"), config.summaries)
+    self.eval_summaries = summaries_lib.SummaryBudget(os.path.join(workdir, "eval"), config.summaries)
+    self.last_eval = {}
+    self.last_train = {}
+    self.consecutive_nonfinite = 0
+    self._probe = None
+    self._build_optimizers()
+    self.checkpoint = tf.train.Checkpoint(
+        model=model, step=self.step, nonfinite_steps=self.nonfinite_steps, iterator=self.iterator,
+        **{f"optimizer_{p.name}": p.optimizer for p in phases})
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint, os.path.join(workdir, "checkpoints"), max_to_keep=config.train.keep_checkpoints)
+
+  def _build_optimizers(self):
+    # Optimizer slots must exist, inside the strategy scope, before a restore or the first step.
+    for phase in self.phases:
+      if phase.prepare:
+        phase.prepare()
+      with self.strategy.scope():
+        phase.optimizer.build(self.model.trainable_variables)
+
+  def restore(self):
+    latest = self.manager.latest_checkpoint
+    if latest:
+      self.checkpoint.restore(latest).assert_existing_objects_matched()
+      logging.info("resuming from %s at step %d", latest, int(self.step))
+    else:
+      logging.info("no checkpoint in %s: starting at step 0", self.manager.directory)
+
+  def save(self):
+    return self.manager.save(checkpoint_number=int(self.step))
+
+  @property
+  def probe(self):
+    if self._probe is None:
+      self._probe = diagnostics.activation_model(self.model)
+    return self._probe
+
+
+def train(config, workdir, *, strategy, model, train_dataset, loss_fn, phases, evaluate_fn=None,
+          image_summaries_fn=None):
+  """Trains `model` through `phases` and returns the final metrics (also in workdir/metrics.json).
+
+  loss_fn(model, batch, training) -> (scalar float32 loss of this replica's batch, {name: scalar}).
+  evaluate_fn(model) -> {name: float}. image_summaries_fn(model, batch) -> {name: images in [0, 1]}.
+  Batches are (inputs, targets) tuples. Resumes from the newest checkpoint in workdir.
+  """
+  run = _Run(config, workdir, strategy, model, train_dataset, phases, evaluate_fn, image_summaries_fn)
+  run.restore()
+  start_time = time.time()
+  start_step = int(run.step)
+  with _SignalFlag() as signals, diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
+    phase_end = 0
+    for phase in phases:
+      phase_end += phase.num_steps
+      if int(run.step) < phase_end:
+        _train_phase(run, phase, phase_end, loss_fn, signals, watchdog)
+  if not run.last_eval or run.last_eval.get("step") != int(run.step):
+    _evaluate(run)
+  if int(run.step) > start_step or not run.manager.latest_checkpoint:
+    run.save()
+  results = _write_metrics(run, time.time() - start_time, int(run.step) - start_step)
+  run.train_summaries.close()
+  run.eval_summaries.close()
+  return results
+
+
+def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
+  config = run.config
+  if phase.prepare:
+    phase.prepare()
+  logging.info("phase '%s': steps %d to %d, %d trainable variables", phase.name,
+               phase_end - phase.num_steps, phase_end, len(run.model.trainable_variables))
+  train_step = make_train_step(run.model, phase.optimizer, loss_fn, run.strategy, config.train.jit_compile)
+  window = _Window(run.model.trainable_variables)
+  while int(run.step) < phase_end:
+    batch = next(run.iterator)
+    metrics = {k: float(v) for k, v in train_step(batch).items()}
+    run.step.assign_add(1)
+    step = int(run.step)
+    watchdog.beat(step)
+    _count_nonfinite(run, metrics, batch, loss_fn)
+    window.add(metrics)
+    if step % config.train.log_every == 0 or step == phase_end:
+      _log_progress(run, phase, window, step, phase.optimizer)
+      window = _Window(run.model.trainable_variables)
+    if run.train_summaries.scalars_due(step):
+      _write_train_summaries(run, step, metrics, phase.optimizer)
+    _write_heavy_summaries(run, step, batch)
+    if step % config.train.eval_every == 0:
+      _evaluate(run)
+    if step % config.train.checkpoint_every == 0:
+      run.save()
+    if signals.signum is not None:
+      path = run.save()
+      _write_metrics(run, None, None)
+      raise TrainingInterrupted(signals.signum, step, path)
+
+
+def _count_nonfinite(run, metrics, batch, loss_fn):
+  if metrics["finite"] > 0:
+    run.consecutive_nonfinite = 0
+    return
+  run.nonfinite_steps.assign_add(1)
+  run.consecutive_nonfinite += 1
+  step = int(run.step)
+  logging.warning("step %d: loss or gradients not finite (loss %s); step skipped, weights unchanged",
+                  step, metrics["loss"])
+  if run.consecutive_nonfinite >= run.config.train.max_consecutive_nonfinite:
+    inputs = first_replica(batch, run.strategy)
+    model = run.model
+
+    def loss_and_grads():
+      with tf.GradientTape() as tape:
+        loss, _ = loss_fn(model, inputs, True)
+      return loss, tape.gradient(loss, model.trainable_variables)
+
+    report = diagnostics.locate_nonfinite(model, inputs[0], loss_and_grads)
+    run.save()
+    raise TrainingDiverged(
+        f"{run.consecutive_nonfinite} non-finite steps in a row, the last at step {step}: {report}; "
+        f"checkpoint of the last finite weights in {run.manager.directory}")
+
+
+class _Window:
+  """Metrics and timing between two progress lines, and the weight sample for stall detection."""
+
+  def __init__(self, variables):
+    self.sums = {}
+    self.count = 0
+    self.start = time.time()
+    self.weights = diagnostics.sample_weights(variables)
+    self.variables = variables
+
+  def add(self, metrics):
+    self.count += 1
+    for name, value in metrics.items():
+      self.sums[name] = self.sums.get(name, 0.0) + value
+
+  def mean(self, name):
+    return self.sums.get(name, 0.0) / max(self.count, 1)
+
+
+def _log_progress(run, phase, window, step, optimizer):
+  elapsed = max(time.time() - window.start, 1e-9)
+  steps_per_s = window.count / elapsed
+  eta = (run.total_steps - step) / max(steps_per_s, 1e-9)
+  skipped = window.count - window.sums.get("finite", 0.0)
+  logging.info("step %d/%d [%s] loss %.4f  lr %.3g  %.2f steps/s  ETA %s%s", step, run.total_steps,
+               phase.name, window.mean("loss"), _learning_rate(optimizer), steps_per_s,
+               _format_seconds(eta), f"  ({skipped:.0f} non-finite steps skipped)" if skipped else "")
+  run.last_train = {"step": step, "loss": window.mean("loss"), "steps_per_second": steps_per_s}
+  update = diagnostics.relative_update(window.weights, diagnostics.sample_weights(window.variables))
+  run.train_summaries.write_scalars(step, {"diagnostics/relative_update": update})
+  if skipped < window.count and update < run.config.train.stall_update_ratio:
+    logging.warning(
+        "TRAINING HAS STALLED: the weights moved by %.3g (relative) over the last %d steps; learning "
+        "rate %.3g. Check optimizer.learning_rate and the gradients (summaries grad_norm)",
+        update, window.count, _learning_rate(optimizer))
+
+
+def _learning_rate(optimizer):
+  inner = getattr(optimizer, "inner_optimizer", optimizer)
+  return float(inner.learning_rate)
+
+
+def _write_train_summaries(run, step, metrics, optimizer):
+  scalars = {name: value for name, value in metrics.items() if name != "finite"}
+  scalars["learning_rate"] = _learning_rate(optimizer)
+  scalars["nonfinite_steps"] = float(run.nonfinite_steps)
+  scalars["summary_bytes"] = float(run.train_summaries.bytes_written())
+  run.train_summaries.write_scalars(step, scalars)
+
+
+def _write_heavy_summaries(run, step, batch):
+  """Images, histograms and activation statistics: each only at its cadence, never in the step."""
+  cfg = run.config.summaries
+  budget = run.train_summaries
+  inputs = None
+  if run.image_summaries_fn and budget.images_due(step):
+    inputs = first_replica(batch, run.strategy)
+    budget.write_images(step, run.image_summaries_fn(run.model, inputs))
+  if cfg.activation_stats and budget.scalars_due(step):
+    inputs = inputs or first_replica(batch, run.strategy)
+    stats = diagnostics.activation_statistics(run.probe, inputs[0])
+    budget.write_scalars(step, {f"activations/{name}/{kind}": value
+                                for name, (mean, var) in stats.items()
+                                for kind, value in (("mean", mean), ("variance", var))})
+  if budget.histograms_due(step):
+    tensors = summaries_lib.select_histogram_variables(run.model.variables, cfg.histograms,
+                                                       cfg.bias_histograms)
+    if cfg.activation_histograms:
+      inputs = inputs or first_replica(batch, run.strategy)
+      outputs = run.probe(inputs[0], training=False)
+      tensors.update({f"activations/{name}": value for name, value in outputs.items()})
+    budget.write_histograms(step, tensors)
+
+
+def _evaluate(run):
+  if run.evaluate_fn is None:
+    return
+  step = int(run.step)
+  started = time.time()
+  results = {name: float(value) for name, value in run.evaluate_fn(run.model).items()}
+  logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
+               "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
+  run.eval_summaries.write_scalars(step, results)
+  run.eval_summaries.flush()
+  run.last_eval = dict(results, step=step)
+  _write_metrics(run, None, None)
+
+
+def _write_metrics(run, wall_time_s, steps_run):
+  payload = {
+      "step": int(run.step),
+      "nonfinite_steps": int(run.nonfinite_steps),
+      "train": run.last_train,
+      "eval": run.last_eval,
+      "summary_bytes": run.train_summaries.bytes_written() + run.eval_summaries.bytes_written(),
+      "summaries_refused": run.train_summaries.refused + run.eval_summaries.refused,
+  }
+  if wall_time_s is not None:
+    payload["wall_time_s"] = wall_time_s
+    payload["steps_run"] = steps_run
+  write_json(os.path.join(run.workdir, "metrics.json"), payload)
+  return payload

@@ -1,0 +1,69 @@
+"""Segmentation trainer config: `--config=configs/segmentation.py[:preset]`.
+
+Presets: default (the README's main job: synthetic scenes, a few minutes on 2
+CPU cores), smoke (seconds, for tests and benchmarks), gtx960m (sized for a
+4 GB card, mixed precision).
+"""
+import ml_collections
+
+from common.config import apply_preset
+from common.config import base_config
+
+
+def get_config(preset=None):
+  config = base_config()
+  config.train.batch_size = 64
+  config.train.num_steps = 1500
+  config.train.log_every = 100
+  config.train.eval_every = 500
+  config.train.checkpoint_every = 500
+  config.optimizer.learning_rate = 3e-3
+  config.optimizer.decay_steps = 500
+  config.optimizer.decay_rate = 0.5
+  config.optimizer.clipnorm = 1.0
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = "synthetic"  # synthetic | folder | voc | tfrecord | npy
+  config.data.num_classes = 5
+  config.data.ignore_label = 255
+  config.data.patch_size = 28  # training patches are patch_size x patch_size, cut from whole images
+  config.data.patches_per_image = 8
+  config.data.normalization = "unit"  # see common/normalization.py
+  config.data.skip_bad_files = False
+  config.data.shuffle_buffer = 2048
+  config.data.cache_dir = ""  # synthetic scenes are written here; "" = <workdir>/data
+  config.data.image_size = 64  # synthetic scenes
+  config.data.num_train_images = 200
+  config.data.num_eval_images = 40
+  config.data.images_dir = ""  # folder source
+  config.data.masks_dir = ""
+  config.data.train_split = ""  # folder/voc: a file of image ids, one per line
+  config.data.eval_split = ""
+  config.data.voc_root = ""  # voc source: the VOC2012 folder
+  config.data.train_pattern = ""  # tfrecord source
+  config.data.eval_pattern = ""
+  config.data.train_images = ""  # npy source: [N, h, w, 3] and [N, h, w]
+  config.data.train_labels = ""
+  config.data.eval_images = ""
+  config.data.eval_labels = ""
+
+  config.model = ml_collections.ConfigDict()
+  config.model.widths = (32, 64, 128)  # one encoder level each; total stride 2**(levels-1)
+  config.model.weight_decay = 0.0
+
+  config.loss = ml_collections.ConfigDict()
+  config.loss.class_weights = ()  # () = all 1; else one weight per class
+
+  presets = {
+      "default": {},
+      "smoke": {
+          "train.num_steps": 30, "train.batch_size": 16, "train.log_every": 10,
+          "train.eval_every": 30, "train.checkpoint_every": 30, "summaries.scalars_every": 10,
+          "summaries.images_every": 30, "data.num_train_images": 16, "data.num_eval_images": 4,
+          "model.widths": (8, 16, 32),
+      },
+      "gtx960m": {
+          "mixed_precision": True, "train.batch_size": 256, "model.widths": (48, 96, 192),
+      },
+  }
+  return apply_preset(config, presets, preset)
