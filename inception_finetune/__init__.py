@@ -1,0 +1,1 @@
+"""Fine-tuning TF-Slim's Inception V4 from its published checkpoints."""
