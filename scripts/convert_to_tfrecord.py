@@ -1,0 +1,118 @@
+"""Converts segmentation images and masks (a folder, or a Pascal VOC split) to TFRecord shards.
+
+  python scripts/convert_to_tfrecord.py --voc_root=VOCdevkit/VOC2012 --split=train \\
+      --num_classes=21 --output_prefix=data/voc-train --num_shards=4
+  python scripts/convert_to_tfrecord.py --images_dir=images --masks_dir=masks \\
+      [--split_file=train.txt] --num_classes=5 --output_prefix=data/mine-train
+
+then train with --config.data.source=tfrecord
+--config.data.train_pattern='data/voc-train-*.tfrecord' (and eval_pattern).
+
+Every image and mask is decoded and checked first (sizes agree, class ids
+below --num_classes or the ignore label). Records use DeepLab's keys:
+image/encoded (the original file's bytes), image/format, image/filename,
+image/height, image/width, image/channels, image/segmentation/class/encoded
+(a grayscale PNG of class ids; palette masks are converted) and
+image/segmentation/class/format.
+"""
+import io
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+from absl import logging
+import numpy as np
+from PIL import Image
+
+from common import cli
+from common import data as common_data
+from common.errors import UserError
+from segmentation import data as seg_data
+
+_VOC_ROOT = flags.DEFINE_string("voc_root", None, "A Pascal VOC 2012 folder (JPEGImages/, SegmentationClass/, ...).")
+_SPLIT = flags.DEFINE_string("split", "train", "With --voc_root: the ImageSets/Segmentation split to convert.")
+_IMAGES_DIR = flags.DEFINE_string("images_dir", None, "Without --voc_root: the images.")
+_MASKS_DIR = flags.DEFINE_string("masks_dir", None, "Without --voc_root: PNG masks of class ids, named as the images.")
+_SPLIT_FILE = flags.DEFINE_string("split_file", None, "Without --voc_root: optional file of image ids to convert.")
+_NUM_CLASSES = flags.DEFINE_integer("num_classes", None, "Classes; mask values must be below it or the ignore label.",
+                                    lower_bound=2)
+_IGNORE_LABEL = flags.DEFINE_integer("ignore_label", 255, "Mask value of pixels without a class.")
+_OUTPUT_PREFIX = flags.DEFINE_string("output_prefix", None, "Shards are <prefix>-00000-of-0000N.tfrecord.")
+_NUM_SHARDS = flags.DEFINE_integer("num_shards", 4, "Output files.", lower_bound=1)
+_SKIP_BAD_FILES = flags.DEFINE_boolean("skip_bad_files", False, "Skip and count images that do not decode.")
+
+# Progress lines per conversion.
+_PROGRESS_LINES = 20
+
+
+def mask_png(mask_path, info):
+  """Grayscale PNG bytes of the class ids: the file itself, or a palette mask converted."""
+  with open(mask_path, "rb") as f:
+    contents = f.read()
+  if info.mask_mode == "L":
+    return contents
+  with Image.open(io.BytesIO(contents)) as mask:
+    ids = np.asarray(mask)
+  out = io.BytesIO()
+  Image.fromarray(ids, mode="L").save(out, format="PNG")
+  return out.getvalue()
+
+
+def make_record(pair, info):
+  """A serialized tf.train.Example of one checked (image, mask) pair."""
+  image_path, mask_path = pair
+  with open(image_path, "rb") as f:
+    encoded = f.read()
+  return common_data.make_example({
+      "image/encoded": common_data.bytes_feature(encoded),
+      "image/format": common_data.bytes_feature(info.image_format.lower()),
+      "image/filename": common_data.bytes_feature(os.path.basename(image_path)),
+      "image/height": common_data.int64_feature(info.height),
+      "image/width": common_data.int64_feature(info.width),
+      "image/channels": common_data.int64_feature(3),
+      "image/segmentation/class/encoded": common_data.bytes_feature(mask_png(mask_path, info)),
+      "image/segmentation/class/format": common_data.bytes_feature("png"),
+  })
+
+
+def convert(pairs, num_classes, ignore_label, output_prefix, num_shards, skip_bad_files=False):
+  """Checks the pairs and writes them as shards; returns the shard paths."""
+  pairs, infos = seg_data.check_pairs(pairs, num_classes, ignore_label, skip_bad_files)
+  every = max(len(pairs) // _PROGRESS_LINES, 1)
+
+  def records():
+    for i, (pair, info) in enumerate(zip(pairs, infos), start=1):
+      yield make_record(pair, info)
+      if i % every == 0 or i == len(pairs):
+        logging.info("converted %s of %s images", f"{i:,}", f"{len(pairs):,}")
+
+  return common_data.write_tfrecord_shards(records(), output_prefix, num_shards, log_every=0)
+
+
+def list_pairs():
+  """The (image, mask) pairs named by the flags."""
+  if _VOC_ROOT.value:
+    return seg_data.list_folder_pairs(*seg_data.voc_paths(_VOC_ROOT.value, _SPLIT.value))
+  if not (_IMAGES_DIR.value and _MASKS_DIR.value):
+    raise UserError("give --voc_root, or --images_dir and --masks_dir")
+  return seg_data.list_folder_pairs(_IMAGES_DIR.value, _MASKS_DIR.value, _SPLIT_FILE.value)
+
+
+def main(argv):
+  del argv
+  try:
+    if _NUM_CLASSES.value is None or _OUTPUT_PREFIX.value is None:
+      raise UserError("--num_classes and --output_prefix are required")
+    paths = convert(list_pairs(), _NUM_CLASSES.value, _IGNORE_LABEL.value, _OUTPUT_PREFIX.value,
+                    _NUM_SHARDS.value, _SKIP_BAD_FILES.value)
+  except UserError as e:
+    cli.fail(str(e))
+  print(f"wrote {len(paths)} shards: {_OUTPUT_PREFIX.value}-*-of-{_NUM_SHARDS.value:05d}.tfrecord")
+
+
+if __name__ == "__main__":
+  app.run(main)

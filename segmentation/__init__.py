@@ -1,0 +1,1 @@
+"""Semantic segmentation: a fully-convolutional encoder-decoder trained on patches, evaluated on whole images."""

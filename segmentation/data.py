@@ -1,0 +1,556 @@
+"""Segmentation inputs: synthetic scenes, image/mask folders, Pascal VOC, TFRecords and .npy patches.
+
+Every source becomes the same two pipelines:
+  train: endless, shuffled with the seed; random patch_size x patch_size crops
+    of image and mask together, several per image, cut inside tf.data;
+    yields (float32 normalized images [B, p, p, 3], int32 labels [B, p, p]).
+  eval: whole images in order, padded at the bottom and right to a multiple of
+    the model's stride with the ignore label; batches of eval_batch_size when
+    all images have the same size, else one image per batch.
+
+Files are checked up front (every image and mask decoded with PIL in a thread
+pool), so that a bad file is named before training starts. Pipelines read from
+files only, so no array becomes a graph constant and the train iterator can be
+checkpointed.
+"""
+import collections
+import dataclasses
+import os
+import zlib
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from common import data as common_data
+from common import normalization
+from common.errors import ConfigError
+from common.errors import DataError
+from segmentation import synthetic
+
+SOURCES = ("synthetic", "folder", "voc", "tfrecord", "npy")
+MASK_EXTENSION = ".png"
+VOC_CLASS_NAMES = (
+    "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
+    "tvmonitor")
+VOC_SPLITS = ("train", "val")
+
+# Keys of the TFRecords written by scripts/convert_to_tfrecord.py (DeepLab's names).
+TFRECORD_FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/segmentation/class/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+    "image/width": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentationData:
+  """What a trainer needs from the data.
+
+  Attributes:
+    train: endless dataset of (float32 [B, p, p, 3], int32 [B, p, p]).
+    eval: one pass of (images [B, H, W, 3], int32 labels [B, H, W]), padded with the ignore label.
+    num_classes: classes, without the ignore label.
+    class_names: a name per class, or None.
+    ignore_label: label of pixels that count in no loss or metric.
+    normalization: name of the pixel scheme (common/normalization.py) the images went through.
+    num_eval_images: images in one pass of `eval`.
+  """
+  train: tf.data.Dataset
+  eval: tf.data.Dataset
+  num_classes: int
+  class_names: tuple
+  ignore_label: int
+  normalization: str
+  num_eval_images: int
+
+
+# A source in a uniform shape: read(seed) gives (uint8 or [0, 255] float32
+# image [h, w, 3], uint8 mask [h, w]); with a seed shuffled and endless, with
+# None in order and once. size is the number of images (None when unknown);
+# image_size is (h, w) when every image has it, else None.
+_Source = collections.namedtuple("_Source", ["read", "size", "image_size"])
+
+# What the up-front check learns about an image and its mask.
+PairInfo = collections.namedtuple("PairInfo", ["image_format", "height", "width", "mask_mode", "palette",
+                                               "class_ids"])
+
+
+def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None, uint8_eval=False):
+  """Builds the train and eval pipelines of the configured source.
+
+  Args:
+    data_cfg: the config's `data` section (configs/segmentation.py).
+    batch_size: training patches per batch.
+    seed: seeds the synthetic scenes, shuffles and crops.
+    pad_multiple: eval images are padded to a multiple of this (the model's total stride).
+    workdir: where synthetic scenes are cached when data_cfg.cache_dir is empty.
+    uint8_eval: eval images stay uint8 and unpadded, for a SavedModel that
+      normalizes and pads inside.
+
+  Returns:
+    SegmentationData.
+  """
+  _check_config(data_cfg)
+  train_source, eval_source = _make_sources(data_cfg, seed, workdir)
+  train = _make_train(train_source, data_cfg, batch_size, seed)
+  eval_batch_size = data_cfg.eval_batch_size if eval_source.image_size else 1
+  if uint8_eval:
+    pad_multiple = 1
+  evaluation = _make_eval(eval_source, data_cfg.normalization, data_cfg.ignore_label, pad_multiple,
+                          eval_batch_size, uint8_eval)
+  logging.info("segmentation data: %s, %s train images, %s eval images, %d classes", data_cfg.source,
+               _count(train_source.size), _count(eval_source.size), data_cfg.num_classes)
+  return SegmentationData(train=train, eval=evaluation, num_classes=data_cfg.num_classes,
+                          class_names=_class_names(data_cfg), ignore_label=data_cfg.ignore_label,
+                          normalization=data_cfg.normalization, num_eval_images=eval_source.size)
+
+
+def _count(size):
+  return "an unknown number of" if size is None else f"{size:,}"
+
+
+def _check_config(cfg):
+  if cfg.source not in SOURCES:
+    raise ConfigError(f"data.source '{cfg.source}' is unknown; choose one of {', '.join(SOURCES)}")
+  if cfg.num_classes < 2:
+    raise ConfigError(f"data.num_classes must be >= 2, got {cfg.num_classes}")
+  if not cfg.num_classes <= cfg.ignore_label <= 255:
+    raise ConfigError(f"data.ignore_label must be in [num_classes, 255] (masks are 8-bit), "
+                      f"got {cfg.ignore_label}")
+  for key in ("patch_size", "patches_per_image", "shuffle_buffer", "eval_batch_size"):
+    if cfg[key] < 1:
+      raise ConfigError(f"data.{key} must be >= 1, got {cfg[key]}")
+  if not 0 < cfg.eval_fraction < 1:
+    raise ConfigError(f"data.eval_fraction must be in (0, 1), got {cfg.eval_fraction}")
+  if cfg.class_names and len(cfg.class_names) != cfg.num_classes:
+    raise ConfigError(f"data.class_names has {len(cfg.class_names)} names for {cfg.num_classes} classes")
+  normalization.get_normalizer(cfg.normalization)
+
+
+def _class_names(cfg):
+  if cfg.class_names:
+    return tuple(cfg.class_names)
+  if cfg.source == "synthetic":
+    return synthetic.CLASS_NAMES[:cfg.num_classes]
+  if cfg.source == "voc" and cfg.num_classes == len(VOC_CLASS_NAMES):
+    return VOC_CLASS_NAMES
+  return None
+
+
+def _make_sources(cfg, seed, workdir):
+  """(train source, eval source) of the configured kind."""
+  if cfg.source == "tfrecord":
+    return (_tfrecord_source(_required(cfg, "train_pattern"), scan_sizes=False),
+            _tfrecord_source(_required(cfg, "eval_pattern"), scan_sizes=True))
+  if cfg.source == "npy":
+    return _npy_sources(cfg)
+  return tuple(_pairs_source(pairs, infos) for pairs, infos in _checked_splits(cfg, seed, workdir))
+
+
+def _required(cfg, key):
+  if not cfg[key]:
+    raise ConfigError(f"data.{key} must be set for data.source='{cfg.source}'")
+  return cfg[key]
+
+
+# Sources of image and mask files: synthetic scenes, folders, Pascal VOC.
+
+
+def _checked_splits(cfg, seed, workdir):
+  """[(train pairs, infos), (eval pairs, infos)], every file checked."""
+  if cfg.source == "synthetic":
+    cache_dir = cfg.cache_dir or (os.path.join(workdir, "data") if workdir else None)
+    if not cache_dir:
+      raise ConfigError("data.cache_dir (or a workdir) is needed to write the synthetic scenes")
+    folders = synthetic.write_scenes(cache_dir, seed, cfg.image_size, cfg.num_train_images,
+                                     cfg.num_eval_images, cfg.num_classes)
+    splits = [list_folder_pairs(*folders[split]) for split in ("train", "eval")]
+  elif cfg.source == "voc":
+    splits = [list_folder_pairs(*voc_paths(_required(cfg, "voc_root"), split))
+              for split in (cfg.train_split or VOC_SPLITS[0], cfg.eval_split or VOC_SPLITS[1])]
+  else:
+    splits = _folder_splits(cfg)
+  return [check_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files) for pairs in splits]
+
+
+def _folder_splits(cfg):
+  images_dir, masks_dir = _required(cfg, "images_dir"), _required(cfg, "masks_dir")
+  if bool(cfg.train_split) != bool(cfg.eval_split):
+    raise ConfigError("set both data.train_split and data.eval_split (files of image ids), or neither")
+  if cfg.train_split:
+    return [list_folder_pairs(images_dir, masks_dir, split) for split in (cfg.train_split, cfg.eval_split)]
+  return split_by_hash(list_folder_pairs(images_dir, masks_dir), cfg.eval_fraction)
+
+
+def split_by_hash(pairs, eval_fraction):
+  """(train, eval): the eval images are those whose names hash lowest, at least one.
+
+  The split depends on file names only, not on the seed or the other files,
+  so runs with different seeds are evaluated on the same images.
+  """
+  if len(pairs) < 2:
+    raise DataError(f"{pairs[0][0]}: one image cannot be split into train and eval; "
+                    "add images or set data.train_split and data.eval_split")
+  num_eval = min(max(int(round(len(pairs) * eval_fraction)), 1), len(pairs) - 1)
+  ranked = sorted(pairs, key=lambda p: zlib.crc32(os.path.basename(p[0]).encode()))
+  eval_set = set(ranked[:num_eval])
+  return [p for p in pairs if p not in eval_set], [p for p in pairs if p in eval_set]
+
+
+def voc_paths(voc_root, split):
+  """(images_dir, masks_dir, split file) of a Pascal VOC 2012 layout."""
+  return (os.path.join(voc_root, "JPEGImages"), os.path.join(voc_root, "SegmentationClass"),
+          os.path.join(voc_root, "ImageSets", "Segmentation", f"{split}.txt"))
+
+
+def read_split_file(path):
+  """Image ids, one per line (Pascal VOC's ImageSets format)."""
+  if not os.path.isfile(path):
+    raise DataError(f"{path}: split file not found")
+  with open(path) as f:
+    ids = [line.strip() for line in f if line.strip()]
+  if not ids:
+    raise DataError(f"{path}: split file lists no image ids")
+  return ids
+
+
+def list_folder_pairs(images_dir, masks_dir, split_file=None):
+  """Sorted (image path, mask path) pairs; masks are <masks_dir>/<image name>.png.
+
+  Args:
+    images_dir: the images, with any extension of common/data.IMAGE_EXTENSIONS.
+    masks_dir: PNG masks of class ids (or palette PNGs whose indices are class ids).
+    split_file: optional file of image ids (names without extension); None takes every image.
+  """
+  images = {}
+  for path in common_data.list_files(images_dir, common_data.IMAGE_EXTENSIONS):
+    image_id = os.path.splitext(os.path.basename(path))[0]
+    if image_id in images:
+      raise DataError(f"{images_dir}: two images are named {image_id} ({images[image_id]}, {path})")
+    images[image_id] = path
+  ids = sorted(images) if split_file is None else read_split_file(split_file)
+  pairs = []
+  for image_id in ids:
+    if image_id not in images:
+      raise DataError(f"{split_file}: image id '{image_id}' has no image in {images_dir}")
+    mask = os.path.join(masks_dir, image_id + MASK_EXTENSION)
+    if not os.path.isfile(mask):
+      raise DataError(f"image {images[image_id]} has no mask {mask}")
+    pairs.append((images[image_id], mask))
+  return pairs
+
+
+def check_pair(pair, num_classes, ignore_label):
+  """Decodes an image and its mask with PIL and checks that they agree; returns a PairInfo."""
+  image_path, mask_path = pair
+  image_format, _, (width, height) = common_data.check_image(image_path)
+  with common_data.decoded_image(mask_path) as mask:
+    mask_format, mask_mode = mask.format, mask.mode
+    palette = mask.getpalette() if mask_mode == "P" else None
+    ids = np.asarray(mask)
+  if mask_format != "PNG" or mask_mode not in ("L", "P"):
+    raise DataError(f"{mask_path}: masks must be 8-bit grayscale or palette PNGs of class ids, "
+                    f"got a {mask_format} of mode {mask_mode}")
+  if ids.shape != (height, width):
+    raise DataError(f"mask {mask_path} is {ids.shape[0]}x{ids.shape[1]}, "
+                    f"image {image_path} is {height}x{width}")
+  class_ids = np.flatnonzero(np.bincount(ids.ravel(), minlength=256))
+  bad = [c for c in class_ids if c >= num_classes and c != ignore_label]
+  if bad:
+    raise DataError(f"{mask_path}: class id {bad[0]} >= num_classes {num_classes} "
+                    f"and not the ignore label {ignore_label}")
+  return PairInfo(image_format, height, width, mask_mode, tuple(palette) if palette else None,
+                  tuple(int(c) for c in class_ids))
+
+
+def check_pairs(pairs, num_classes, ignore_label, skip_bad_files):
+  """Checks every pair up front; returns (good pairs, their PairInfos)."""
+  good, infos, _ = common_data.check_files(
+      pairs, lambda pair: check_pair(pair, num_classes, ignore_label), skip_bad_files,
+      name_fn=lambda pair: os.path.basename(pair[0]))
+  if not good:
+    raise DataError(f"no image of {os.path.dirname(pairs[0][0])} decodes")
+  return good, infos
+
+
+def _pairs_source(pairs, infos):
+  decode_mask = _mask_decoder(pairs, infos)
+  sizes = {(info.height, info.width) for info in infos}
+
+  def load(image_path, mask_path):
+    return common_data.decode_image(tf.io.read_file(image_path), 3), decode_mask(tf.io.read_file(mask_path))
+
+  def read(seed):
+    files = tf.data.Dataset.from_tensor_slices(tuple(list(column) for column in zip(*pairs)))
+    if seed is not None:
+      files = files.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True).repeat()
+    return files.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+
+  return _Source(read, len(pairs), sizes.pop() if len(sizes) == 1 else None)
+
+
+def _mask_decoder(pairs, infos):
+  """PNG bytes -> uint8 class ids [h, w].
+
+  tf.io.decode_png expands palette PNGs to RGB, so palette masks (VOC's
+  SegmentationClass) are mapped back from colors to indices with a lookup
+  sorted by color; the check has made sure the palette is the same in every
+  mask and that the colors of the indices in use are distinct.
+  """
+  modes = {info.mask_mode for info in infos}
+  if modes == {"L"}:
+    return lambda png: tf.io.decode_png(png, channels=1)[..., 0]
+  if len(modes) > 1:
+    first = {info.mask_mode: pair[1] for pair, info in zip(pairs, infos)}
+    raise DataError(f"masks mix palette and grayscale PNGs ({first['P']} is palette, {first['L']} is grayscale)")
+  colors, ids = _palette_lookup(pairs, infos)
+
+  def decode(png):
+    rgb = tf.cast(tf.io.decode_png(png, channels=3), tf.int32)
+    keys = rgb[..., 0] * 65536 + rgb[..., 1] * 256 + rgb[..., 2]
+    position = tf.searchsorted(colors, tf.reshape(keys, [-1]))
+    labels = tf.gather(ids, tf.minimum(position, len(ids) - 1))
+    return tf.reshape(labels, tf.shape(keys))
+
+  return decode
+
+
+def _palette_lookup(pairs, infos):
+  """(sorted int32 color keys, uint8 ids) of the palette indices used by any mask."""
+  palette = infos[0].palette
+  used = set()
+  for (_, mask_path), info in zip(pairs, infos):
+    if info.palette != palette:
+      raise DataError(f"{mask_path}: its palette differs from that of {pairs[0][1]}; "
+                      "convert the masks to grayscale PNGs of class ids")
+    used.update(info.class_ids)
+  by_color = {}
+  for index in sorted(used):
+    if 3 * index + 2 >= len(palette):
+      raise DataError(f"{pairs[0][1]}: index {index} is outside the mask's palette")
+    r, g, b = palette[3 * index:3 * index + 3]
+    key = (r << 16) | (g << 8) | b
+    if key in by_color:
+      raise DataError(f"{pairs[0][1]}: palette indices {by_color[key]} and {index} have the same color; "
+                      "convert the masks to grayscale PNGs of class ids")
+    by_color[key] = index
+  keys = sorted(by_color)
+  return tf.constant(keys, tf.int32), tf.constant([by_color[k] for k in keys], tf.uint8)
+
+
+# TFRecord shards.
+
+
+def _tfrecord_source(pattern, scan_sizes):
+  """Records of scripts/convert_to_tfrecord.py; the eval files are scanned once for image sizes."""
+  common_data.list_tfrecord_files(pattern)
+  num_records, image_size = None, None
+  if scan_sizes:
+    sizes = _scan_tfrecord_sizes(pattern)
+    num_records = sum(sizes.values())
+    if len(sizes) == 1 and min(next(iter(sizes))) > 0:
+      image_size = next(iter(sizes))
+
+  def parse(record):
+    features = tf.io.parse_single_example(record, TFRECORD_FEATURES)
+    image = common_data.decode_image(features["image/encoded"], 3)
+    mask = tf.io.decode_png(features["image/segmentation/class/encoded"], channels=1)[..., 0]
+    return image, mask
+
+  def read(seed):
+    records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None)
+    return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+  return _Source(read, num_records, image_size)
+
+
+def _scan_tfrecord_sizes(pattern):
+  """{(height, width): count} from the records' size features (0 when a record has none)."""
+  spec = {k: TFRECORD_FEATURES[k] for k in ("image/height", "image/width")}
+  sizes = collections.Counter()
+  for batch in common_data.read_tfrecords(pattern).batch(1024).map(lambda r: tf.io.parse_example(r, spec)):
+    sizes.update(zip(batch["image/height"].numpy().tolist(), batch["image/width"].numpy().tolist()))
+  return sizes
+
+
+# .npy arrays of patches [N, h, w, 3] and labels [N, h, w].
+
+
+def _npy_sources(cfg):
+  train_images, train_labels = _check_npy_pair(cfg, "train")
+  if bool(cfg.eval_images) != bool(cfg.eval_labels):
+    raise ConfigError("set both data.eval_images and data.eval_labels, or neither")
+  if cfg.eval_images:
+    eval_images, eval_labels = _check_npy_pair(cfg, "eval")
+    return (_npy_source(train_images, train_labels, cfg.npy_pixel_max, 0, train_images.shape[0]),
+            _npy_source(eval_images, eval_labels, cfg.npy_pixel_max, 0, eval_images.shape[0]))
+  # Without eval arrays the last eval_fraction of the train records is held out.
+  total = train_images.shape[0]
+  num_train = total - min(max(int(round(total * cfg.eval_fraction)), 1), total - 1)
+  return (_npy_source(train_images, train_labels, cfg.npy_pixel_max, 0, num_train),
+          _npy_source(train_images, train_labels, cfg.npy_pixel_max, num_train, total))
+
+
+def _check_npy_pair(cfg, split):
+  """Reads and checks the headers and values of one split's arrays."""
+  images = common_data.read_npy_header(_required(cfg, f"{split}_images"))
+  labels = common_data.read_npy_header(_required(cfg, f"{split}_labels"))
+  if len(images.shape) != 4 or images.shape[-1] != 3:
+    raise DataError(f"{images.path}: images must be [N, height, width, 3], got {list(images.shape)}")
+  label_shape = labels.shape[:3] if len(labels.shape) == 4 and labels.shape[3] == 1 else labels.shape
+  if label_shape != images.shape[:3]:
+    raise DataError(f"{labels.path}: labels are {list(labels.shape)}, images {images.path} are "
+                    f"{list(images.shape)}; expected [N, height, width]")
+  low, high = common_data.check_npy_finite(images)
+  if low < 0 or high > cfg.npy_pixel_max:
+    raise DataError(f"{images.path}: values span [{low:g}, {high:g}], outside [0, data.npy_pixel_max="
+                    f"{cfg.npy_pixel_max:g}]; store pixels in [0, 255] or [0, 1] and set data.npy_pixel_max")
+  if images.dtype != np.uint8 and cfg.npy_pixel_max == 255 and high <= 1:
+    logging.warning("%s: values lie in [0, 1]; if that is the pixel range set data.npy_pixel_max=1",
+                    images.path)
+  common_data.check_npy_labels(labels, cfg.num_classes, cfg.ignore_label)
+  return images, labels
+
+
+def _npy_source(images, labels, pixel_max, start, stop):
+  """Records start..stop-1 of the arrays; images as uint8 or float32 in [0, 255]."""
+  height, width = images.shape[1:3]
+  scale = 255.0 / pixel_max
+
+  def block(a, b):
+    return tf.data.Dataset.zip((common_data.read_npy_records(images, a, b),
+                                common_data.read_npy_records(labels, a, b)))
+
+  def convert(image, label):
+    if image.dtype != tf.uint8:
+      image = tf.cast(image, tf.float32) * scale
+    return image, tf.cast(tf.reshape(label, [height, width]), tf.uint8)
+
+  def read(seed):
+    if seed is None:
+      records = block(start, stop)
+    else:
+      records = common_data.read_shuffled_blocks(
+          stop - start, lambda a, b: block(start + a, start + b), seed=seed)
+    return records.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
+
+  return _Source(read, stop - start, (height, width))
+
+
+# The pipelines every source shares.
+
+
+def _make_train(source, cfg, batch_size, seed):
+  patch_size = cfg.patch_size
+  # Records that are patches already need no more than one (identity) crop.
+  count = 1 if source.image_size == (patch_size, patch_size) else cfg.patches_per_image
+
+  def normalize(image, mask):
+    return normalization.normalize(image, cfg.normalization), mask
+
+  def crop(index, example):
+    image, mask = example
+    element_seed = tf.stack([tf.cast(seed, tf.int64), index])
+    return sample_patches(image, mask, patch_size, count, element_seed, cfg.ignore_label)
+
+  def to_int32(images, masks):
+    return images, tf.cast(masks, tf.int32)
+
+  patches = (source.read(seed)
+             .map(normalize, num_parallel_calls=tf.data.AUTOTUNE)
+             .enumerate()
+             .map(crop, num_parallel_calls=tf.data.AUTOTUNE)
+             .unbatch())
+  return (patches.shuffle(cfg.shuffle_buffer, seed=seed)
+          .batch(batch_size, drop_remainder=True)
+          .map(to_int32)
+          .prefetch(tf.data.AUTOTUNE))
+
+
+def sample_patches(image, mask, patch_size, count, seed, ignore_label):
+  """`count` random patch_size crops at the same places of an image and its mask.
+
+  Args:
+    image: float32 [h, w, 3]; smaller images are padded with 0.
+    mask: uint8 [h, w]; padded with ignore_label.
+    patch_size: crop height and width.
+    count: crops.
+    seed: int64 [2], for tf.random.stateless_uniform.
+    ignore_label: mask value of padding.
+
+  Returns:
+    (float32 [count, p, p, 3], uint8 [count, p, p]).
+  """
+  image, mask = _pad_to_at_least(image, mask, patch_size, ignore_label)
+  # The mask travels as a fourth channel, so both are cut by the same gathers.
+  stacked = tf.concat([image, tf.cast(mask, tf.float32)[..., None]], axis=-1)
+  shape = tf.shape(stacked)
+  room = tf.cast(shape[:2] - patch_size + 1, tf.float32)
+  offsets = tf.cast(tf.random.stateless_uniform([count, 2], seed) * room, tf.int32)
+  offsets = tf.minimum(offsets, shape[:2] - patch_size)
+  steps = tf.range(patch_size)
+  rows = offsets[:, :1] + steps  # [count, p]
+  cols = offsets[:, 1:] + steps
+  patches = tf.gather(stacked, rows)  # [count, p, w, 4]
+  patches = tf.gather(patches, cols, axis=2, batch_dims=1)  # [count, p, p, 4]
+  patches = tf.ensure_shape(patches, [count, patch_size, patch_size, 4])
+  return patches[..., :3], tf.cast(patches[..., 3], tf.uint8)
+
+
+def _pad_to_at_least(image, mask, size, ignore_label):
+  shape = tf.shape(mask)
+  pad_h, pad_w = tf.maximum(size - shape[0], 0), tf.maximum(size - shape[1], 0)
+  image = tf.pad(image, [[0, pad_h], [0, pad_w], [0, 0]])
+  mask = tf.pad(mask, [[0, pad_h], [0, pad_w]], constant_values=ignore_label)
+  return image, mask
+
+
+def pad_to_multiple(image, multiple, value=0):
+  """Pads [h, w, ...] at the bottom and right to multiples of `multiple`."""
+  shape = tf.shape(image)
+  pad_h, pad_w = (-shape[0]) % multiple, (-shape[1]) % multiple
+  paddings = tf.concat([[[0, pad_h], [0, pad_w]], tf.zeros([tf.rank(image) - 2, 2], tf.int32)], axis=0)
+  return tf.pad(image, paddings, constant_values=tf.cast(value, image.dtype))
+
+
+def preprocess_for_eval(image, normalization_name, pad_multiple):
+  """uint8 [h, w, 3] -> float32 [H, W, 3], normalized then zero-padded to multiples of pad_multiple.
+
+  Crop the model's output back to [:h, :w].
+  """
+  return pad_to_multiple(normalization.normalize(image, normalization_name), pad_multiple)
+
+
+def _make_eval(source, normalization_name, ignore_label, pad_multiple, batch_size, uint8_images):
+  def prepare(image, mask):
+    if not uint8_images:
+      image = preprocess_for_eval(image, normalization_name, pad_multiple)
+    elif image.dtype != tf.uint8:
+      image = tf.cast(tf.round(image), tf.uint8)
+    return image, tf.cast(pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32)
+
+  return (source.read(None)
+          .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+          .batch(batch_size)
+          .prefetch(tf.data.AUTOTUNE))
+
+
+def read_image_file(path):
+  """uint8 [h, w, 3] of an image file, for prediction; DataError if it does not decode."""
+  common_data.check_image(path)
+  return common_data.decode_image(tf.io.read_file(path), 3)
+
+
+def voc_palette():
+  """Pascal VOC's color map: 768 ints, the RGB of indices 0..255 (bits of the index spread over RGB)."""
+  palette = []
+  for index in range(256):
+    rgb = [0, 0, 0]
+    for bit in range(8):
+      for channel in range(3):
+        rgb[channel] |= ((index >> (3 * bit + channel)) & 1) << (7 - bit)
+    palette.extend(rgb)
+  return palette

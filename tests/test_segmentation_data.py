@@ -1,0 +1,429 @@
+"""Tests of segmentation/data.py, segmentation/synthetic.py and scripts/convert_to_tfrecord.py."""
+import logging
+import os
+
+import ml_collections
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+
+from common.errors import ConfigError
+from common.errors import DataError
+from scripts import convert_to_tfrecord
+from segmentation import data as seg_data
+from segmentation import synthetic
+
+# The data fields of configs/segmentation.py, sized for tests.
+DEFAULTS = dict(
+    source="synthetic", num_classes=5, ignore_label=255, patch_size=8, patches_per_image=4,
+    normalization="unit", skip_bad_files=False, shuffle_buffer=64, eval_batch_size=16, eval_fraction=0.25,
+    class_names=(), cache_dir="", image_size=24, num_train_images=6, num_eval_images=3, images_dir="",
+    masks_dir="", train_split="", eval_split="", voc_root="", train_pattern="", eval_pattern="",
+    train_images="", train_labels="", eval_images="", eval_labels="", npy_pixel_max=255.0)
+
+# Folder fixtures encode each pixel's class in the red channel, so that labels
+# can be recomputed from the images after cropping.
+RED_OF_CLASS = {0: 10, 1: 60, 2: 110, 3: 160, 4: 210, 255: 5}
+CLASS_OF_RED = {red: label for label, red in RED_OF_CLASS.items()}
+
+
+def make_cfg(**overrides):
+  cfg = ml_collections.ConfigDict(DEFAULTS)
+  cfg.update(overrides)
+  return cfg
+
+
+def random_mask(rng, height, width):
+  """Blocks of classes 0..4 with a few ignore pixels."""
+  mask = np.zeros((height, width), np.uint8)
+  for _ in range(4):
+    y, x = rng.integers(0, height), rng.integers(0, width)
+    mask[y:y + rng.integers(3, 9), x:x + rng.integers(3, 9)] = rng.integers(1, 5)
+  mask[rng.integers(0, height), :] = 255
+  return mask
+
+
+def image_of_mask(mask, rng):
+  image = rng.integers(0, 256, size=mask.shape + (3,), dtype=np.uint8)
+  image[..., 0] = np.vectorize(RED_OF_CLASS.get)(mask)
+  return image
+
+
+def write_folder(root, sizes, seed=0, image_ext=".png"):
+  """images/ and masks/ with one color-coded pair per size; returns (images_dir, masks_dir, masks)."""
+  rng = np.random.default_rng(seed)
+  images_dir, masks_dir = root / "images", root / "masks"
+  images_dir.mkdir(parents=True)
+  masks_dir.mkdir(parents=True)
+  masks = []
+  for i, (height, width) in enumerate(sizes):
+    mask = random_mask(rng, height, width)
+    Image.fromarray(image_of_mask(mask, rng)).save(images_dir / f"img{i:03d}{image_ext}")
+    Image.fromarray(mask).save(masks_dir / f"img{i:03d}.png")
+    masks.append(mask)
+  return str(images_dir), str(masks_dir), masks
+
+
+def write_split_files(root, train_ids, eval_ids):
+  for name, ids in (("train.txt", train_ids), ("eval.txt", eval_ids)):
+    (root / name).write_text("".join(f"{i}\n" for i in ids))
+  return str(root / "train.txt"), str(root / "eval.txt")
+
+
+def write_voc(root, num_images=4, size=(20, 16)):
+  """A Pascal VOC layout with JPEG images and palette masks; returns the masks' indices."""
+  rng = np.random.default_rng(1)
+  for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+    (root / sub).mkdir(parents=True)
+  masks = []
+  for i in range(num_images):
+    mask = rng.integers(0, 21, size=size).astype(np.uint8)
+    mask[0] = 255  # VOC's object borders
+    Image.fromarray(rng.integers(0, 256, size=size + (3,), dtype=np.uint8)).save(
+        root / "JPEGImages" / f"2007_{i:06d}.jpg")
+    palette_mask = Image.fromarray(mask, mode="P")
+    palette_mask.putpalette(seg_data.voc_palette())
+    palette_mask.save(root / "SegmentationClass" / f"2007_{i:06d}.png")
+    masks.append(mask)
+  ids = [f"2007_{i:06d}" for i in range(num_images)]
+  (root / "ImageSets/Segmentation/train.txt").write_text("\n".join(ids[:-1]) + "\n")
+  (root / "ImageSets/Segmentation/val.txt").write_text(ids[-1] + "\n")
+  return masks
+
+
+def labels_from_colors(images):
+  """The class of every pixel of normalized ('unit') images of write_folder."""
+  red = np.round(images[..., 0] * 255).astype(int)
+  return np.vectorize(lambda r: CLASS_OF_RED.get(r, -1))(red)
+
+
+def first_batch(dataset):
+  images, labels = next(iter(dataset))
+  return images.numpy(), labels.numpy()
+
+
+def eval_labels(data):
+  return [labels.numpy()[0] for _, labels in data.eval]
+
+
+def test_synthetic_scenes_have_the_promised_shapes_and_ranges(tmp_path):
+  data = seg_data.make_datasets(make_cfg(), batch_size=10, seed=3, pad_multiple=16, workdir=str(tmp_path))
+  images, labels = first_batch(data.train)
+  assert images.shape == (10, 8, 8, 3) and images.dtype == np.float32
+  assert labels.shape == (10, 8, 8) and labels.dtype == np.int32
+  assert 0 <= images.min() and images.max() <= 1
+  assert set(np.unique(labels)) <= set(range(5))
+  eval_batches = list(data.eval)
+  assert len(eval_batches) == 1  # three 24x24 scenes in one batch, padded to 32x32
+  eval_images, eval_labels_ = eval_batches[0]
+  assert eval_images.shape == (3, 32, 32, 3) and eval_labels_.shape == (3, 32, 32)
+  assert np.all(eval_labels_.numpy()[:, 24:, :] == 255) and np.all(eval_labels_.numpy()[:, :, 24:] == 255)
+  assert np.all(eval_images.numpy()[:, 24:, :] == 0)
+  assert data.num_classes == 5 and data.num_eval_images == 3
+  assert data.class_names == synthetic.CLASS_NAMES
+
+
+def test_synthetic_scenes_are_deterministic_and_cached(tmp_path):
+  cfg = make_cfg(cache_dir=str(tmp_path / "cache"))
+  first = first_batch(seg_data.make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
+  (folder,) = os.listdir(tmp_path / "cache")
+  written = os.path.getmtime(tmp_path / "cache" / folder / "train" / "images" / "00000.png")
+  again = first_batch(seg_data.make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
+  np.testing.assert_array_equal(first[0], again[0])
+  np.testing.assert_array_equal(first[1], again[1])
+  assert os.path.getmtime(tmp_path / "cache" / folder / "train" / "images" / "00000.png") == written
+  other = first_batch(seg_data.make_datasets(cfg, 8, seed=6, pad_multiple=4).train)
+  assert not np.array_equal(first[0], other[0])
+  assert len(os.listdir(tmp_path / "cache")) == 2
+
+
+def test_synthetic_scene_draws_every_class():
+  image, labels = synthetic.draw_scene(64, 5, np.random.default_rng(0))
+  assert image.shape == (64, 64, 3) and image.dtype == np.uint8
+  counts = np.zeros(5, int)
+  for seed in range(5):
+    counts += np.bincount(synthetic.draw_scene(64, 5, np.random.default_rng(seed))[1].ravel(), minlength=5)
+  assert np.all(counts > 0)
+  # Each class has its own mean color, so a color tells the class.
+  means = [image[labels == c].mean(axis=0) for c in np.unique(labels)]
+  assert min(np.abs(a - b).max() for i, a in enumerate(means) for b in means[i + 1:]) > 40
+
+
+def test_folder_patches_stay_aligned_with_their_masks(tmp_path):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(20, 24)] * 6)
+  cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, patch_size=12)
+  data = seg_data.make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
+  for images, labels in data.train.take(3):
+    labels = labels.numpy()
+    assert images.shape == (16, 12, 12, 3)
+    assert np.array_equal(labels_from_colors(images.numpy()), labels)
+    assert np.any(labels == 255) and np.any((labels > 0) & (labels < 5))
+
+
+def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path):
+  sizes = [(20, 24), (17, 9), (12, 30)]
+  images_dir, masks_dir, masks = write_folder(tmp_path, sizes)
+  train_split, eval_split = write_split_files(tmp_path, ["img000"], ["img000", "img001", "img002"])
+  cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, train_split=train_split,
+                 eval_split=eval_split)
+  data = seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+  batches = list(data.eval)
+  assert [tuple(images.shape) for images, _ in batches] == [(1, 24, 24, 3), (1, 24, 16, 3), (1, 16, 32, 3)]
+  for (images, labels), mask in zip(batches, masks):
+    labels = labels.numpy()[0]
+    height, width = mask.shape
+    np.testing.assert_array_equal(labels[:height, :width], mask)
+    assert np.all(labels[height:] == 255) and np.all(labels[:, width:] == 255)
+    assert np.array_equal(labels_from_colors(images.numpy()[0])[:height, :width], mask)
+
+
+def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 8)
+  pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
+  train, evaluation = seg_data.split_by_hash(pairs, 0.25)
+  assert len(evaluation) == 2 and sorted(train + evaluation) == pairs
+  assert seg_data.split_by_hash(pairs[::-1], 0.25)[1] == evaluation[::-1]  # depends on names only
+
+
+def test_small_images_are_padded_to_the_patch_size_with_the_ignore_label():
+  image = tf.ones([5, 30, 3])
+  mask = tf.ones([5, 30], tf.uint8)
+  patches, labels = seg_data.sample_patches(image, mask, 8, 3, tf.constant([1, 2], tf.int64), 255)
+  assert patches.shape == (3, 8, 8, 3) and labels.shape == (3, 8, 8)
+  assert np.all(labels.numpy()[:, 5:] == 255) and np.all(labels.numpy()[:, :5] == 1)
+  assert np.all(patches.numpy()[:, 5:] == 0)
+
+
+def test_voc_layout_reads_palette_masks_as_class_ids(tmp_path):
+  masks = write_voc(tmp_path)
+  cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21, patch_size=8)
+  data = seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+  assert data.class_names == seg_data.VOC_CLASS_NAMES
+  (labels,) = eval_labels(data)
+  np.testing.assert_array_equal(labels, masks[-1])
+  _, train_labels = first_batch(data.train)
+  assert set(np.unique(train_labels)) <= set(range(21)) | {255}
+
+
+def test_voc_through_tfrecords_gives_the_same_labels(tmp_path):
+  masks = write_voc(tmp_path / "voc")
+  for split in ("train", "val"):
+    pairs = seg_data.list_folder_pairs(*seg_data.voc_paths(str(tmp_path / "voc"), split))
+    paths = convert_to_tfrecord.convert(pairs, 21, 255, str(tmp_path / "records" / split), num_shards=2)
+    assert len(paths) == 2
+  cfg = make_cfg(source="tfrecord", num_classes=21, train_pattern=str(tmp_path / "records" / "train-*"),
+                 eval_pattern=str(tmp_path / "records" / "val-*"))
+  data = seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+  (labels,) = eval_labels(data)
+  np.testing.assert_array_equal(labels, masks[-1])
+  images, train_labels = first_batch(data.train)
+  assert images.shape == (8, 8, 8, 3) and train_labels.dtype == np.int32
+
+
+def test_tfrecords_of_a_folder_keep_patches_aligned(tmp_path):
+  images_dir, masks_dir, masks = write_folder(tmp_path, [(20, 24)] * 3 + [(16, 16)])
+  pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
+  convert_to_tfrecord.convert(pairs, 5, 255, str(tmp_path / "all"), num_shards=3)
+  pattern = str(tmp_path / "all-*.tfrecord")
+  cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern, patch_size=12)
+  data = seg_data.make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
+  images, labels = first_batch(data.train)
+  assert np.array_equal(labels_from_colors(images), labels)
+  assert data.num_eval_images == 4
+  # Eval reads the shards in order: round-robin put images 0 and 3 in the first.
+  for labels, index in zip(eval_labels(data), [0, 3, 1, 2]):
+    height, width = masks[index].shape
+    np.testing.assert_array_equal(labels[:height, :width], masks[index])
+
+
+def write_npy(root, count, size=8, dtype=np.uint8, scale=1.0):
+  """Patches whose red channel encodes their labels; returns (images path, labels path)."""
+  rng = np.random.default_rng(2)
+  labels = np.stack([random_mask(rng, size, size) for _ in range(count)])
+  images = np.stack([image_of_mask(m, rng) for m in labels]).astype(dtype) * dtype(scale)
+  np.save(root / "images.npy", images)
+  np.save(root / "labels.npy", labels)
+  return str(root / "images.npy"), str(root / "labels.npy")
+
+
+@pytest.mark.parametrize("dtype, pixel_max", [(np.uint8, 255.0), (np.float32, 1.0)])
+def test_npy_patches_stream_with_their_labels(tmp_path, dtype, pixel_max):
+  scale = 1.0 if pixel_max == 255 else 1 / 255
+  images_path, labels_path = write_npy(tmp_path, 40, dtype=dtype, scale=scale)
+  cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path, npy_pixel_max=pixel_max)
+  data = seg_data.make_datasets(cfg, batch_size=12, seed=0, pad_multiple=4)
+  images, labels = first_batch(data.train)
+  assert images.shape == (12, 8, 8, 3) and labels.shape == (12, 8, 8)
+  assert np.array_equal(labels_from_colors(images), labels)
+  assert data.num_eval_images == 10  # the last quarter is held out
+  eval_batches = list(data.eval)
+  assert [tuple(labels.shape) for _, labels in eval_batches] == [(10, 8, 8)]
+  np.testing.assert_array_equal(eval_batches[0][1].numpy(), np.load(labels_path)[30:])
+
+
+def test_npy_names_the_first_patch_with_nan(tmp_path):
+  images = np.ones((20, 8, 8, 3), np.float32)
+  images[13, 2, 2, 1] = np.nan
+  np.save(tmp_path / "patches.npy", images)
+  np.save(tmp_path / "labels.npy", np.zeros((20, 8, 8), np.uint8))
+  cfg = make_cfg(source="npy", train_images=str(tmp_path / "patches.npy"),
+                 train_labels=str(tmp_path / "labels.npy"))
+  with pytest.raises(DataError, match="patches.npy: index 13 contains NaN"):
+    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+
+
+def test_npy_rejects_pixels_outside_the_configured_range(tmp_path):
+  images_path, labels_path = write_npy(tmp_path, 4, dtype=np.float32)
+  cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path, npy_pixel_max=1.0)
+  with pytest.raises(DataError, match="images.npy: values span .* outside \\[0, data.npy_pixel_max=1\\]"):
+    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+
+
+def test_npy_rejects_labels_out_of_range_and_mismatched_shapes(tmp_path):
+  images_path, labels_path = write_npy(tmp_path, 10)
+  labels = np.load(labels_path)
+  labels[6, 3, 3] = 9
+  np.save(labels_path, labels)
+  cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path)
+  with pytest.raises(DataError, match="labels.npy: index 6 has label 9"):
+    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+  np.save(labels_path, labels[:9])
+  with pytest.raises(DataError, match="labels.npy: labels are \\[9, 8, 8\\], images .* are \\[10, 8, 8, 3\\]"):
+    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+
+
+def test_a_100mb_npy_dataset_stays_out_of_the_graph(tmp_path):
+  count = 100_000_000 // (28 * 28 * 3)
+  images = np.lib.format.open_memmap(tmp_path / "images.npy", mode="w+", dtype=np.uint8,
+                                     shape=(count, 28, 28, 3))
+  images[:] = 7
+  images.flush()
+  del images
+  np.save(tmp_path / "labels.npy", np.ones((count, 28, 28), np.uint8))
+  assert os.path.getsize(tmp_path / "images.npy") > 99_000_000
+  cfg = make_cfg(source="npy", train_images=str(tmp_path / "images.npy"),
+                 train_labels=str(tmp_path / "labels.npy"), patch_size=28)
+  data = seg_data.make_datasets(cfg, batch_size=32, seed=0, pad_multiple=4)
+  for dataset in (data.train, data.eval):
+    assert len(dataset._as_serialized_graph().numpy()) < 1 << 20  # pylint: disable=protected-access
+  images, labels = first_batch(data.train)
+  assert images.shape == (32, 28, 28, 3) and np.all(labels == 1)
+
+
+@pytest.mark.parametrize("source", ["synthetic", "npy"])
+def test_train_iterator_resumes_at_the_next_batch(tmp_path, source):
+  if source == "npy":
+    images_path, labels_path = write_npy(tmp_path, 50)
+    cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path)
+  else:
+    cfg = make_cfg()
+  iterator = iter(seg_data.make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
+  for _ in range(3):
+    next(iterator)
+  checkpoint = tf.train.Checkpoint(iterator=iterator)
+  path = checkpoint.save(str(tmp_path / "ckpt" / "it"))
+  expected = [next(iterator) for _ in range(2)]
+
+  fresh = iter(seg_data.make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
+  tf.train.Checkpoint(iterator=fresh).restore(path).assert_consumed()
+  for (images, labels), (want_images, want_labels) in zip([next(fresh) for _ in range(2)], expected):
+    np.testing.assert_array_equal(images.numpy(), want_images.numpy())
+    np.testing.assert_array_equal(labels.numpy(), want_labels.numpy())
+
+
+def folder_cfg(images_dir, masks_dir, **overrides):
+  return make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, **overrides)
+
+
+def test_a_corrupt_image_is_named(tmp_path):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 4)
+  (tmp_path / "images" / "img002.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
+  with pytest.raises(DataError, match=f"^{images_dir}/img002.png: does not decode as an image"):
+    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+
+
+def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 6)
+  (tmp_path / "images" / "img001.png").write_bytes(b"")
+  (tmp_path / "masks" / "img004.png").write_bytes(b"not a png")
+  train_split, eval_split = write_split_files(tmp_path, [f"img{i:03d}" for i in range(5)], ["img005"])
+  cfg = folder_cfg(images_dir, masks_dir, train_split=train_split, eval_split=eval_split,
+                   skip_bad_files=True)
+  with caplog.at_level(logging.WARNING):
+    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+  assert "skipped 2 of 5 files that do not decode: img001.png, img004.png" in caplog.text
+  first_batch(data.train)
+  pairs, _ = seg_data.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
+                                  skip_bad_files=True)
+  assert [os.path.basename(p[0]) for p in pairs] == ["img000.png", "img002.png", "img003.png"]
+
+
+def test_a_mask_of_another_size_is_named(tmp_path):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 3)
+  Image.fromarray(np.zeros((10, 11), np.uint8)).save(tmp_path / "masks" / "img001.png")
+  with pytest.raises(DataError, match=f"^mask {masks_dir}/img001.png is 10x11, image {images_dir}/img001.png "
+                                      "is 10x12$"):
+    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+
+
+def test_a_class_id_beyond_num_classes_is_named(tmp_path):
+  images_dir, masks_dir, masks = write_folder(tmp_path, [(10, 12)] * 3)
+  masks[2][4, 4] = 7
+  Image.fromarray(masks[2]).save(tmp_path / "masks" / "img002.png")
+  with pytest.raises(DataError, match=f"^{masks_dir}/img002.png: class id 7 >= num_classes 5 and not the "
+                                      "ignore label 255$"):
+    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+
+
+def test_an_empty_folder_is_named(tmp_path):
+  (tmp_path / "images").mkdir()
+  (tmp_path / "masks").mkdir()
+  with pytest.raises(DataError, match=f"^{tmp_path}/images: no files ending in"):
+    seg_data.make_datasets(folder_cfg(str(tmp_path / "images"), str(tmp_path / "masks")), 4, seed=0,
+                           pad_multiple=4)
+
+
+def test_a_missing_split_file_is_named(tmp_path):
+  write_voc(tmp_path)
+  os.remove(tmp_path / "ImageSets/Segmentation/val.txt")
+  cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21)
+  with pytest.raises(DataError, match=f"^{tmp_path}/ImageSets/Segmentation/val.txt: split file not found$"):
+    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+
+
+def test_an_image_without_a_mask_is_named(tmp_path):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 3)
+  os.remove(tmp_path / "masks" / "img001.png")
+  with pytest.raises(DataError, match=f"^image {images_dir}/img001.png has no mask {masks_dir}/img001.png$"):
+    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+
+
+def test_masks_must_be_png_class_ids(tmp_path):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 3)
+  Image.fromarray(np.zeros((10, 12, 3), np.uint8)).save(tmp_path / "masks" / "img000.png")
+  with pytest.raises(DataError, match="img000.png: masks must be 8-bit grayscale or palette PNGs"):
+    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(source="pictures"), "data.source 'pictures' is unknown"),
+    (dict(ignore_label=3), "data.ignore_label must be in \\[num_classes, 255\\]"),
+    (dict(normalization="zscore"), "normalization 'zscore' is unknown"),
+    (dict(source="folder"), "data.images_dir must be set"),
+])
+def test_bad_config_values_are_named(tmp_path, overrides, message):
+  with pytest.raises(ConfigError, match=message):
+    seg_data.make_datasets(make_cfg(**overrides), 4, seed=0, pad_multiple=4, workdir=str(tmp_path))
+
+
+def test_read_image_file_prepares_an_image_for_prediction(tmp_path):
+  Image.fromarray(np.full((10, 13, 3), 255, np.uint8)).save(tmp_path / "x.jpg")
+  image = seg_data.read_image_file(str(tmp_path / "x.jpg"))
+  assert image.shape == (10, 13, 3) and image.dtype == tf.uint8
+  prepared = seg_data.preprocess_for_eval(image, "symmetric", 8)
+  assert prepared.shape == (16, 16, 3)
+  assert np.allclose(prepared.numpy()[:10, :13], 1.0, atol=0.02) and np.all(prepared.numpy()[10:] == 0)
+  (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8 broken")
+  with pytest.raises(DataError, match="bad.jpg: does not decode"):
+    seg_data.read_image_file(str(tmp_path / "bad.jpg"))
