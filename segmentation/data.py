@@ -3,10 +3,13 @@
 Every source becomes the same two pipelines:
   train: endless, shuffled with the seed; random patch_size x patch_size crops
     of image and mask together, several per image, cut inside tf.data;
-    yields (float32 normalized images [B, p, p, 3], int32 labels [B, p, p]).
+    yields (uint8 images [B, p, p, 3], int32 labels [B, p, p]).
   eval: whole images in order, padded at the bottom and right to a multiple of
-    the model's stride with the ignore label; batches of eval_batch_size when
-    all images have the same size, else one image per batch.
+    the model's stride (images with 0, labels with the ignore label); batches
+    of eval_batch_size when all images have the same size, else of one image.
+
+Images stay uint8: the model normalizes them in its first layer, so that the
+exported SavedModel takes uint8 images too.
 
 Files are checked up front (every image and mask decoded with PIL in a thread
 pool), so that a bad file is named before training starts. Pipelines read from
@@ -23,7 +26,6 @@ import numpy as np
 import tensorflow as tf
 
 from common import data as common_data
-from common import normalization
 from common.errors import ConfigError
 from common.errors import DataError
 from segmentation import synthetic
@@ -50,12 +52,11 @@ class SegmentationData:
   """What a trainer needs from the data.
 
   Attributes:
-    train: endless dataset of (float32 [B, p, p, 3], int32 [B, p, p]).
-    eval: one pass of (images [B, H, W, 3], int32 labels [B, H, W]), padded with the ignore label.
+    train: endless dataset of (uint8 [B, p, p, 3], int32 [B, p, p]).
+    eval: one pass of (uint8 [B, H, W, 3], int32 [B, H, W]), padded with the ignore label.
     num_classes: classes, without the ignore label.
     class_names: a name per class, or None.
     ignore_label: label of pixels that count in no loss or metric.
-    normalization: name of the pixel scheme (common/normalization.py) the images went through.
     num_eval_images: images in one pass of `eval`.
   """
   train: tf.data.Dataset
@@ -63,12 +64,11 @@ class SegmentationData:
   num_classes: int
   class_names: tuple
   ignore_label: int
-  normalization: str
   num_eval_images: int
 
 
-# A source in a uniform shape: read(seed) gives (uint8 or [0, 255] float32
-# image [h, w, 3], uint8 mask [h, w]); with a seed shuffled and endless, with
+# A source in a uniform shape: read(seed) gives (uint8 image [h, w, 3], uint8
+# mask [h, w]); with a seed shuffled and endless, with
 # None in order and once. size is the number of images (None when unknown);
 # image_size is (h, w) when every image has it, else None.
 _Source = collections.namedtuple("_Source", ["read", "size", "image_size"])
@@ -78,7 +78,7 @@ PairInfo = collections.namedtuple("PairInfo", ["image_format", "height", "width"
                                                "class_ids"])
 
 
-def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None, uint8_eval=False):
+def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None):
   """Builds the train and eval pipelines of the configured source.
 
   Args:
@@ -87,8 +87,6 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None, uint8_
     seed: seeds the synthetic scenes, shuffles and crops.
     pad_multiple: eval images are padded to a multiple of this (the model's total stride).
     workdir: where synthetic scenes are cached when data_cfg.cache_dir is empty.
-    uint8_eval: eval images stay uint8 and unpadded, for a SavedModel that
-      normalizes and pads inside.
 
   Returns:
     SegmentationData.
@@ -97,15 +95,12 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None, uint8_
   train_source, eval_source = _make_sources(data_cfg, seed, workdir)
   train = _make_train(train_source, data_cfg, batch_size, seed)
   eval_batch_size = data_cfg.eval_batch_size if eval_source.image_size else 1
-  if uint8_eval:
-    pad_multiple = 1
-  evaluation = _make_eval(eval_source, data_cfg.normalization, data_cfg.ignore_label, pad_multiple,
-                          eval_batch_size, uint8_eval)
+  evaluation = _make_eval(eval_source, data_cfg.ignore_label, pad_multiple, eval_batch_size)
   logging.info("segmentation data: %s, %s train images, %s eval images, %d classes", data_cfg.source,
                _count(train_source.size), _count(eval_source.size), data_cfg.num_classes)
   return SegmentationData(train=train, eval=evaluation, num_classes=data_cfg.num_classes,
                           class_names=_class_names(data_cfg), ignore_label=data_cfg.ignore_label,
-                          normalization=data_cfg.normalization, num_eval_images=eval_source.size)
+                          num_eval_images=eval_source.size)
 
 
 def _count(size):
@@ -127,7 +122,6 @@ def _check_config(cfg):
     raise ConfigError(f"data.eval_fraction must be in (0, 1), got {cfg.eval_fraction}")
   if cfg.class_names and len(cfg.class_names) != cfg.num_classes:
     raise ConfigError(f"data.class_names has {len(cfg.class_names)} names for {cfg.num_classes} classes")
-  normalization.get_normalizer(cfg.normalization)
 
 
 def _class_names(cfg):
@@ -416,7 +410,7 @@ def _check_npy_pair(cfg, split):
 
 
 def _npy_source(images, labels, pixel_max, start, stop):
-  """Records start..stop-1 of the arrays; images as uint8 or float32 in [0, 255]."""
+  """Records start..stop-1 of the arrays; float images are scaled to uint8 as the model reads uint8."""
   height, width = images.shape[1:3]
   scale = 255.0 / pixel_max
 
@@ -426,7 +420,7 @@ def _npy_source(images, labels, pixel_max, start, stop):
 
   def convert(image, label):
     if image.dtype != tf.uint8:
-      image = tf.cast(image, tf.float32) * scale
+      image = tf.cast(tf.round(tf.clip_by_value(tf.cast(image, tf.float32) * scale, 0, 255)), tf.uint8)
     return image, tf.cast(tf.reshape(label, [height, width]), tf.uint8)
 
   def read(seed):
@@ -448,9 +442,6 @@ def _make_train(source, cfg, batch_size, seed):
   # Records that are patches already need no more than one (identity) crop.
   count = 1 if source.image_size == (patch_size, patch_size) else cfg.patches_per_image
 
-  def normalize(image, mask):
-    return normalization.normalize(image, cfg.normalization), mask
-
   def crop(index, example):
     image, mask = example
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
@@ -460,7 +451,6 @@ def _make_train(source, cfg, batch_size, seed):
     return images, tf.cast(masks, tf.int32)
 
   patches = (source.read(seed)
-             .map(normalize, num_parallel_calls=tf.data.AUTOTUNE)
              .enumerate()
              .map(crop, num_parallel_calls=tf.data.AUTOTUNE)
              .unbatch())
@@ -474,7 +464,7 @@ def sample_patches(image, mask, patch_size, count, seed, ignore_label):
   """`count` random patch_size crops at the same places of an image and its mask.
 
   Args:
-    image: float32 [h, w, 3]; smaller images are padded with 0.
+    image: uint8 [h, w, 3]; smaller images are padded with 0.
     mask: uint8 [h, w]; padded with ignore_label.
     patch_size: crop height and width.
     count: crops.
@@ -482,11 +472,11 @@ def sample_patches(image, mask, patch_size, count, seed, ignore_label):
     ignore_label: mask value of padding.
 
   Returns:
-    (float32 [count, p, p, 3], uint8 [count, p, p]).
+    (uint8 [count, p, p, 3], uint8 [count, p, p]).
   """
   image, mask = _pad_to_at_least(image, mask, patch_size, ignore_label)
   # The mask travels as a fourth channel, so both are cut by the same gathers.
-  stacked = tf.concat([image, tf.cast(mask, tf.float32)[..., None]], axis=-1)
+  stacked = tf.concat([image, mask[..., None]], axis=-1)
   shape = tf.shape(stacked)
   room = tf.cast(shape[:2] - patch_size + 1, tf.float32)
   offsets = tf.cast(tf.random.stateless_uniform([count, 2], seed) * room, tf.int32)
@@ -497,7 +487,7 @@ def sample_patches(image, mask, patch_size, count, seed, ignore_label):
   patches = tf.gather(stacked, rows)  # [count, p, w, 4]
   patches = tf.gather(patches, cols, axis=2, batch_dims=1)  # [count, p, p, 4]
   patches = tf.ensure_shape(patches, [count, patch_size, patch_size, 4])
-  return patches[..., :3], tf.cast(patches[..., 3], tf.uint8)
+  return patches[..., :3], patches[..., 3]
 
 
 def _pad_to_at_least(image, mask, size, ignore_label):
@@ -516,21 +506,10 @@ def pad_to_multiple(image, multiple, value=0):
   return tf.pad(image, paddings, constant_values=tf.cast(value, image.dtype))
 
 
-def preprocess_for_eval(image, normalization_name, pad_multiple):
-  """uint8 [h, w, 3] -> float32 [H, W, 3], normalized then zero-padded to multiples of pad_multiple.
-
-  Crop the model's output back to [:h, :w].
-  """
-  return pad_to_multiple(normalization.normalize(image, normalization_name), pad_multiple)
-
-
-def _make_eval(source, normalization_name, ignore_label, pad_multiple, batch_size, uint8_images):
+def _make_eval(source, ignore_label, pad_multiple, batch_size):
   def prepare(image, mask):
-    if not uint8_images:
-      image = preprocess_for_eval(image, normalization_name, pad_multiple)
-    elif image.dtype != tf.uint8:
-      image = tf.cast(tf.round(image), tf.uint8)
-    return image, tf.cast(pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32)
+    return (pad_to_multiple(image, pad_multiple),
+            tf.cast(pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32))
 
   return (source.read(None)
           .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
