@@ -1,0 +1,234 @@
+"""The shared training loop: mixed precision, the non-finite guard, summaries under a budget."""
+import glob
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.compat.proto import event_pb2
+
+from common import config as config_lib
+from common import train_loop
+from segmentation import losses
+from segmentation import model as model_lib
+
+WIDTHS = (4, 8)
+
+
+def tiny_config(steps=6, mixed_precision=False):
+  config = config_lib.base_config()
+  config.mixed_precision = mixed_precision
+  config.train.num_steps = steps
+  config.train.log_every = 2
+  config.train.eval_every = 1000
+  config.train.checkpoint_every = 1000
+  config.train.max_consecutive_nonfinite = 1000
+  config.summaries.scalars_every = 2
+  return config
+
+
+def patch_dataset(batch=4, size=16):
+  """Images whose class is a threshold of the red channel: learnable, streamed, no constants."""
+
+  def make(i):
+    image = tf.random.stateless_uniform([batch, size, size, 3], [i, 7], maxval=256, dtype=tf.int32)
+    labels = tf.cast(image[..., 0] > 127, tf.int32)
+    return tf.cast(image, tf.uint8), labels
+
+  return tf.data.Dataset.range(1 << 30).map(make)
+
+
+def pixel_loss_fn(model, batch, training):
+  images, labels = batch
+  return losses.pixel_cross_entropy(labels, model(images, training=training), 255), {}
+
+
+def run_training(tmp_path, config, model, loss_fn=pixel_loss_fn, image_summaries_fn=None,
+                 learning_rate=None):
+  strategy = train_loop.prepare_run(config, str(tmp_path))
+  with strategy.scope():
+    optimizer = train_loop.make_optimizer(config.optimizer, config.mixed_precision, learning_rate)
+  return train_loop.train(
+      config, str(tmp_path), strategy=strategy, model=model, train_dataset=patch_dataset(),
+      loss_fn=loss_fn, phases=[train_loop.Phase("train", config.train.num_steps, optimizer)],
+      image_summaries_fn=image_summaries_fn)
+
+
+def scale_weights(model, factor):
+  for variable in model.trainable_variables:
+    if variable.path.endswith("kernel"):
+      variable.assign(variable * factor)
+
+
+def all_finite(variables):
+  return all(np.all(np.isfinite(np.asarray(v, np.float32))) for v in variables)
+
+
+def test_mixed_precision_keeps_variables_and_logits_float32():
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  model = model_lib.build_model(3, WIDTHS)
+  assert {v.dtype for v in model.variables} == {"float32"}
+  assert model.get_layer("enc0_a_conv").compute_dtype == "float16"
+  assert model(np.zeros([1, 16, 16, 3], np.uint8)).dtype == tf.float32
+
+
+def naive_float16_training(initial_weights, steps, learning_rate):
+  """The approach people try first: the whole model and its optimizer in float16, no loss scaling."""
+  keras.mixed_precision.set_global_policy("float16")
+  model = model_lib.build_model(2, WIDTHS)
+  model.set_weights([w.astype(np.float16) for w in initial_weights])
+  optimizer = keras.optimizers.Adam(learning_rate)
+  for batch in patch_dataset().take(steps):
+    with tf.GradientTape() as tape:
+      loss = pixel_loss_fn(model, batch, True)[0]
+    optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+  return model
+
+
+@pytest.mark.slow
+def test_mixed_precision_survives_where_naive_float16_overflows(tmp_path):
+  # Large initial weights and a large learning rate, as in the original question.
+  steps, learning_rate = 8, 1.0
+  reference = model_lib.build_model(2, WIDTHS)
+  scale_weights(reference, 50.0)
+  initial = reference.get_weights()
+
+  naive = naive_float16_training(initial, steps, learning_rate)
+  assert not all_finite(naive.variables), "the naive float16 run was expected to overflow"
+
+  keras.mixed_precision.set_global_policy("float32")
+  config = tiny_config(steps, mixed_precision=True)
+  config.optimizer.learning_rate = learning_rate
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  model = model_lib.build_model(2, WIDTHS)
+  model.set_weights(initial)
+  results = run_training(tmp_path, config, model)
+  assert results["step"] == steps
+  assert all_finite(model.variables)
+  assert {v.dtype for v in model.variables} == {"float32"}
+
+
+@pytest.mark.parametrize("mixed_precision", [False, True])
+def test_forced_inf_loss_skips_the_step_and_keeps_weights(tmp_path, mixed_precision):
+  config = tiny_config(steps=3, mixed_precision=mixed_precision)
+  train_loop.prepare_run(config, str(tmp_path))  # sets the precision policy before the build
+  model = model_lib.build_model(2, WIDTHS)
+  before = [np.array(v) for v in model.variables]
+
+  def inf_loss(model, batch, training):
+    loss, metrics = pixel_loss_fn(model, batch, training)
+    return loss * np.inf, metrics
+
+  results = run_training(tmp_path, config, model, loss_fn=inf_loss)
+  assert results["nonfinite_steps"] == 3
+  for old, new in zip(before, model.variables):  # BatchNorm moving statistics included
+    np.testing.assert_array_equal(old, np.array(new), err_msg=new.path)
+
+
+def test_consecutive_nonfinite_steps_stop_with_a_report_naming_the_layer(tmp_path):
+  config = tiny_config(steps=10)
+  config.train.max_consecutive_nonfinite = 3
+  inputs = keras.Input((None, None, 3), dtype="uint8")
+  x = keras.layers.Rescaling(1.0, name="to_float")(inputs)
+  x = keras.layers.Conv2D(4, 3, padding="same", name="conv_ok")(x)
+  x = keras.layers.Rescaling(1e30, name="still_finite")(x)
+  x = keras.layers.Rescaling(1e30, name="overflows")(x)
+  logits = keras.layers.Conv2D(2, 1, name="logits")(x)
+  model = keras.Model(inputs, logits)
+  with pytest.raises(train_loop.TrainingDiverged) as error:
+    run_training(tmp_path, config, model)
+  message = str(error.value)
+  assert "3 non-finite steps in a row, the last at step 3" in message
+  assert "first non-finite activation: layer 'overflows'" in message
+  assert "first non-finite gradient" in message
+  assert all_finite(model.variables)
+  assert tf.train.latest_checkpoint(os.path.join(tmp_path, "checkpoints"))
+
+
+def read_events(logdir):
+  """[(tag, plugin, value proto)] of every summary in a run directory."""
+  found = []
+  for path in glob.glob(os.path.join(logdir, "events.out.tfevents*")):
+    for record in tf.data.TFRecordDataset(path):
+      event = event_pb2.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        found.append((value.tag, value.metadata.plugin_data.plugin_name, value))
+  return found
+
+
+def image_summaries(model, batch):
+  images, labels = batch
+  del model
+  return {"inputs": images, "labels": tf.cast(labels[..., None] * 255, tf.uint8)}
+
+
+@pytest.mark.slow
+def test_300_steps_of_default_summaries_stay_small(tmp_path):
+  config = tiny_config(steps=300)
+  config.summaries = config_lib.base_config().summaries  # the defaults
+  config.summaries.images_every = 100  # so that images are written within 300 steps
+  model = model_lib.build_model(2, WIDTHS)
+  results = run_training(tmp_path, config, model, image_summaries_fn=image_summaries)
+  event_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(tmp_path, "*", "events*")))
+  assert event_bytes < 5 * 2**20
+  assert results["summary_bytes"] == event_bytes
+  events = read_events(os.path.join(tmp_path, "train"))
+  images = [v for _, plugin, v in events if plugin == "images"]
+  assert len(images) == 2 * 3  # two image summaries at steps 100, 200, 300
+  for value in images:
+    assert len(value.tensor.string_val) - 2 <= config.summaries.max_outputs  # width, height, then images
+  assert not [tag for tag, plugin, _ in events if plugin == "histograms"]
+
+
+@pytest.mark.parametrize("asked, expected", [
+    ({}, set()),
+    ({"histograms": True}, {"kernel"}),
+    ({"bias_histograms": True}, {"bias"}),
+    ({"activation_histograms": True}, {"activations"}),
+])
+def test_histograms_appear_only_when_asked(tmp_path, asked, expected):
+  config = tiny_config(steps=2)
+  config.summaries.histograms_every = 2
+  for key, value in asked.items():
+    config.summaries[key] = value
+  run_training(tmp_path, config, model_lib.build_model(2, WIDTHS))
+  tags = {tag for tag, plugin, _ in read_events(os.path.join(tmp_path, "train"))
+          if plugin == "histograms"}
+  kinds = {"activations" if t.startswith("activations/") else t.rsplit("/", 1)[-1] for t in tags}
+  kinds = {"kernel" if k in ("kernel", "depthwise_kernel") else k for k in kinds}
+  assert kinds == expected
+
+
+def test_a_summary_over_the_size_limit_is_refused(tmp_path):
+  config = tiny_config(steps=2)
+  config.summaries.images_every = 2
+  # 3 input images of 16x16x3 are 2,304 bytes; 3 label images of 16x16x1 are 768.
+  config.summaries.max_summary_bytes = 1000
+  results = run_training(tmp_path, config, model_lib.build_model(2, WIDTHS),
+                         image_summaries_fn=image_summaries)
+  assert results["summaries_refused"] == 1
+  tags = {tag for tag, plugin, _ in read_events(os.path.join(tmp_path, "train")) if plugin == "images"}
+  assert tags == {"labels"}
+
+
+def test_training_reduces_the_loss_and_writes_its_outputs(tmp_path):
+  config = tiny_config(steps=40)
+  config.train.log_every = 20
+  config.optimizer.learning_rate = 1e-2
+  results = run_training(tmp_path, config, model_lib.build_model(2, WIDTHS))
+  assert results["step"] == 40
+  history = [v for tag, _, v in read_events(os.path.join(tmp_path, "train")) if tag == "loss"]
+  first, last = (tf.make_ndarray(history[i].tensor) for i in (0, -1))
+  assert last < 0.7 * first
+  for name in ("metrics.json", "config.json", "config.txt"):
+    assert os.path.exists(os.path.join(tmp_path, name))
+  assert tf.train.latest_checkpoint(os.path.join(tmp_path, "checkpoints")).endswith("ckpt-40")
+
+
+def test_a_tiny_learning_rate_is_reported_as_a_stall(tmp_path, caplog):
+  config = tiny_config(steps=4)
+  config.optimizer.learning_rate = 1e-50
+  config.optimizer.allow_extreme_learning_rate = True
+  run_training(tmp_path, config, model_lib.build_model(2, WIDTHS))
+  assert "TRAINING HAS STALLED" in caplog.text
