@@ -22,6 +22,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from common import hardware  # pylint: disable=g-import-not-at-top
 
 LAST_WINDOWS_GPU_RELEASE = (2, 10)
+TENSOR_CORES = (7, 0)  # float16 matmuls run faster than float32 from this capability on
 
 
 def parse_version(version):
@@ -64,6 +65,8 @@ def diagnose(platform, tf_version, build_info, tf_gpus, driver_gpus):
       continue
     check = hardware.describe_kernel_support(gpu.capability, archs, tf_version, label)
     lines.append(check.message)
+    if tuple(gpu.capability) < TENSOR_CORES:
+      lines.append(f"{label} has no tensor cores: mixed precision saves memory there, not time")
     if not check.ok:
       advice = hardware.recommend_release(gpu.capability)
       if advice:

@@ -132,6 +132,7 @@ def test_check_gpu_gtx960m_ignored_by_2_21():
   assert "CUDA 12.5.1, cuDNN 9" in text
   assert "GPU 0: NVIDIA GeForce GTX 960M, compute capability 5.0" in text
   assert 'fix: pip install "tensorflow[and-cuda]==2.16.2"' in text
+  assert "mixed precision saves memory there, not time" in text
 
 
 def test_check_gpu_usable_gpu():
