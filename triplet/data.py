@@ -1,0 +1,374 @@
+"""Identity datasets for embedding training: sources, P x K batches, evaluation sets.
+
+Sources: a folder per identity (LFW's layout), built-in synthetic identities
+written once as such a folder, and LFW's pairs.txt for verification.
+Training batches hold P identities with K images each, sampled entirely
+inside tf.data with stateless seeds, so the iterator can be checkpointed and a
+run replays the same batches; each batch is identity-major (K consecutive
+images per identity), so splitting it across replicas keeps whole identities
+together when P is a multiple of the replica count.
+"""
+import collections
+import os
+import shutil
+
+from absl import logging
+import numpy as np
+from PIL import Image
+from PIL import ImageDraw
+import tensorflow as tf
+
+from common import data as common_data
+from common import normalization
+from common.errors import DataError
+
+# What batches do with identities that have fewer than K images.
+SMALL_IDENTITY_MODES = ("error", "drop", "repeat")
+
+Identity = collections.namedtuple("Identity", ["name", "directory", "paths"])
+Pair = collections.namedtuple("Pair", ["path_a", "path_b", "is_same"])
+SyntheticData = collections.namedtuple("SyntheticData", ["train_dir", "eval_dir", "pairs_path"])
+
+# Independent random streams derived from the one seed.
+_IDENTITY_ORDER_STREAM, _IMAGE_PICK_STREAM, _AUGMENT_STREAM = 1, 2, 3
+
+
+# Folder layout: one directory per identity.
+
+
+def list_identities(root, skip_bad_files=False):
+  """Identities under `root` (one directory each), sorted by name, with their decodable images.
+
+  A file without an image extension, or one that does not decode, is a
+  DataError naming it, or skipped and counted when skip_bad_files. Hidden
+  entries (".DS_Store") are ignored.
+  """
+  if not os.path.isdir(root):
+    raise DataError(f"{root}: no such directory")
+  names = sorted(n for n in os.listdir(root)
+                 if not n.startswith(".") and os.path.isdir(os.path.join(root, n)))
+  if not names:
+    raise DataError(f"{root}: no identity directories (expected one directory per identity)")
+  candidates, non_images = {}, []
+  for name in names:
+    directory = os.path.join(root, name)
+    files = sorted(os.path.join(directory, f) for f in os.listdir(directory) if not f.startswith("."))
+    candidates[name] = [f for f in files if f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
+    non_images += [f for f in files if not f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
+  if non_images and not skip_bad_files:
+    raise DataError(f"{non_images[0]}: not an image (expected one of "
+                    f"{', '.join(common_data.IMAGE_EXTENSIONS)})")
+  if non_images:
+    logging.warning("skipped %d files that are not images under %s, e.g. %s",
+                    len(non_images), root, non_images[0])
+  all_paths = [p for name in names for p in candidates[name]]
+  good, _, _ = common_data.check_files(all_paths, common_data.check_image, skip_bad_files)
+  good = set(good)
+  return [Identity(name, os.path.join(root, name), [p for p in candidates[name] if p in good])
+          for name in names]
+
+
+def select_identities(identities, images_per_identity, small_identities="error"):
+  """Applies the policy for identities with fewer than K images; logs what it did.
+
+  "error": DataError naming the first such directory; "drop": leave them out;
+  "repeat": batches reuse their images (identities with no image are dropped).
+  """
+  if small_identities not in SMALL_IDENTITY_MODES:
+    raise ValueError(f"small_identities='{small_identities}' is not one of {SMALL_IDENTITY_MODES}")
+  k = images_per_identity
+  small = [i for i in identities if len(i.paths) < k]
+  if small and small_identities == "error":
+    raise DataError(
+        f"{small[0].directory}: {len(small[0].paths)} image(s), but a batch takes {k} per identity "
+        f"({len(small)} of {len(identities)} identities are short); drop or repeat them by config")
+  if small_identities == "drop":
+    kept = [i for i in identities if len(i.paths) >= k]
+    if small:
+      logging.warning("dropped %d of %d identities with fewer than %d images",
+                      len(small), len(identities), k)
+  else:
+    kept = [i for i in identities if i.paths]
+    if small:
+      logging.warning("%d of %d identities have fewer than %d images: batches repeat their images "
+                      "(%d with no image dropped)", len(small), len(identities), k,
+                      len(identities) - len(kept))
+  logging.info("%d identities, %d images", len(kept), sum(len(i.paths) for i in kept))
+  return kept
+
+
+# LFW pairs.txt.
+
+
+def read_pairs(pairs_path, image_root):
+  """Parses an LFW pairs file; returns (list of Pair, number of folds).
+
+  The header is "folds pairs_per_fold" (each fold: that many same pairs,
+  then as many different pairs) or a single count (one fold). Lines are
+  "name idx1 idx2" (same identity) or "name1 idx1 name2 idx2"; image idx of
+  name is {image_root}/{name}/{name}_{idx:04d} with an image extension.
+  """
+  try:
+    with open(pairs_path) as f:
+      lines = [(n, line.split()) for n, line in enumerate(f, start=1) if line.strip()]
+  except FileNotFoundError:
+    raise DataError(f"{pairs_path}: no such file") from None
+  if not lines:
+    raise DataError(f"{pairs_path}: empty pairs file")
+  num_folds, per_fold = _parse_pairs_header(pairs_path, lines[0][1])
+  pairs = [_parse_pair(pairs_path, n, tokens, image_root) for n, tokens in lines[1:]]
+  if len(pairs) != 2 * num_folds * per_fold:
+    raise DataError(f"{pairs_path}: header promises {num_folds} folds of {2 * per_fold} pairs, "
+                    f"the file has {len(pairs)} pairs")
+  return pairs, num_folds
+
+
+def _parse_pairs_header(pairs_path, tokens):
+  if len(tokens) not in (1, 2) or not all(t.isdigit() and int(t) > 0 for t in tokens):
+    raise DataError(f"{pairs_path}:1: expected a header 'folds pairs_per_fold' or 'pairs', "
+                    f"got '{' '.join(tokens)}'")
+  return (1, int(tokens[0])) if len(tokens) == 1 else (int(tokens[0]), int(tokens[1]))
+
+
+def _parse_pair(pairs_path, line_number, tokens, image_root):
+  where = f"{pairs_path}:{line_number}"
+  if len(tokens) == 3 and tokens[1].isdigit() and tokens[2].isdigit():
+    name_a, index_a, name_b, index_b = tokens[0], tokens[1], tokens[0], tokens[2]
+  elif len(tokens) == 4 and tokens[1].isdigit() and tokens[3].isdigit():
+    name_a, index_a, name_b, index_b = tokens
+  else:
+    raise DataError(f"{where}: expected 'name idx1 idx2' or 'name1 idx1 name2 idx2', "
+                    f"got '{' '.join(tokens)}'")
+  return Pair(_pair_image(where, image_root, name_a, int(index_a)),
+              _pair_image(where, image_root, name_b, int(index_b)), name_a == name_b)
+
+
+def _pair_image(where, image_root, name, index):
+  stem = os.path.join(image_root, name, f"{name}_{index:04d}")
+  for extension in common_data.IMAGE_EXTENSIONS:
+    for candidate in (stem + extension, stem + extension.upper()):
+      if os.path.isfile(candidate):
+        return candidate
+  raise DataError(f"{where}: names image {stem}.* which does not exist")
+
+
+def check_pairs(pairs, skip_bad_files=False):
+  """Decodes every image of the pairs; returns the pairs whose images decode (a DataError otherwise)."""
+  paths = sorted({p for pair in pairs for p in pair[:2]})
+  good, _, num_skipped = common_data.check_files(paths, common_data.check_image, skip_bad_files)
+  if not num_skipped:
+    return pairs
+  good = set(good)
+  kept = [p for p in pairs if p.path_a in good and p.path_b in good]
+  logging.warning("dropped %d of %d pairs with an image that does not decode",
+                  len(pairs) - len(kept), len(pairs))
+  return kept
+
+
+# Built-in synthetic identities.
+
+
+def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identity, image_size,
+                              seed, num_folds=10, pairs_per_fold=30, grid_size=4):
+  """Writes (once) synthetic identities as PNG folders plus an LFW-style pairs file.
+
+  An identity is a random glyph: cells of a grid_size x grid_size grid, at
+  least 3 cells apart (Hamming distance) from every other identity's glyph.
+  Each image draws it with random position, scale, colors (a bright glyph on
+  a dark background) and pixel noise, so that only the glyph's shape tells identities
+  apart. Evaluation identities are disjoint from training ones. Returns
+  SyntheticData(train_dir, eval_dir, pairs_path) under cache_dir, in a folder
+  named after the arguments; an existing complete folder is reused.
+  """
+  key = (f"synthetic_seed{seed}_train{num_train}_eval{num_eval}_k{images_per_identity}_"
+         f"{image_size}px_grid{grid_size}_pairs{num_folds}x{pairs_per_fold}")
+  directory = os.path.join(cache_dir, key)
+  result = SyntheticData(os.path.join(directory, "train"), os.path.join(directory, "eval"),
+                         os.path.join(directory, "pairs.txt"))
+  if os.path.exists(os.path.join(directory, "COMPLETE")):
+    return result
+  logging.info("writing synthetic identities to %s", directory)
+  rng = np.random.default_rng(seed)
+  glyphs = _make_glyphs(num_train + num_eval, grid_size, rng)
+  tmp = directory + ".tmp"
+  shutil.rmtree(tmp, ignore_errors=True)
+  for split, split_glyphs in (("train", glyphs[:num_train]), ("eval", glyphs[num_train:])):
+    for i, glyph in enumerate(split_glyphs):
+      name = f"{split}{i:05d}"
+      os.makedirs(os.path.join(tmp, split, name))
+      for j in range(1, images_per_identity + 1):
+        Image.fromarray(_render_glyph(glyph, image_size, rng)).save(
+            os.path.join(tmp, split, name, f"{name}_{j:04d}.png"))
+  _write_pairs_file(os.path.join(tmp, "pairs.txt"),
+                    [f"eval{i:05d}" for i in range(num_eval)], images_per_identity,
+                    num_folds, pairs_per_fold, rng)
+  open(os.path.join(tmp, "COMPLETE"), "w").close()
+  shutil.rmtree(directory, ignore_errors=True)
+  os.replace(tmp, directory)
+  return result
+
+
+def _make_glyphs(count, grid_size, rng, min_cells=3, min_hamming=3):
+  """`count` distinct boolean grids, pairwise at least min_hamming cells apart."""
+  glyphs = []
+  for _ in range(1000 * count):
+    glyph = rng.random((grid_size, grid_size)) < 0.5
+    if glyph.sum() >= min_cells and all(np.sum(glyph != g) >= min_hamming for g in glyphs):
+      glyphs.append(glyph)
+      if len(glyphs) == count:
+        return glyphs
+  raise ValueError(f"cannot draw {count} glyphs {min_hamming} cells apart on a "
+                   f"{grid_size}x{grid_size} grid; use a larger grid")
+
+
+def _render_glyph(glyph, size, rng, noise_std=10.0):
+  """One image of an identity: the glyph with random placement, scale, colors and noise.
+
+  The glyph is always brighter than the background: with both polarities a
+  small network needs far longer to learn the shapes.
+  """
+  background = tuple(int(c) for c in rng.integers(0, 110, 3))
+  foreground = tuple(int(c) for c in rng.integers(150, 256, 3))
+  grid_size = glyph.shape[0]
+  cell = size * 0.6 * rng.uniform(0.8, 1.1) / grid_size
+  left, top = size / 2 + rng.uniform(-0.08, 0.08, 2) * size - cell * grid_size / 2
+  image = Image.new("RGB", (size, size), background)
+  draw = ImageDraw.Draw(image)
+  for row, column in zip(*np.nonzero(glyph)):
+    x, y = left + column * cell, top + row * cell
+    draw.rectangle([x, y, x + cell - 1, y + cell - 1], fill=foreground)
+  pixels = np.asarray(image, np.float32) + rng.normal(0.0, noise_std, (size, size, 3))
+  return np.clip(pixels, 0, 255).astype(np.uint8)
+
+
+def _write_pairs_file(path, names, images_per_identity, num_folds, per_fold, rng):
+  """LFW-format pairs over the named identities: per fold, per_fold same then per_fold different."""
+  if len(names) < 2 or images_per_identity < 2:
+    raise ValueError("pairs need at least 2 identities with at least 2 images each")
+  lines = [f"{num_folds}\t{per_fold}"]
+  for _ in range(num_folds):
+    for _ in range(per_fold):
+      name = names[rng.integers(len(names))]
+      a, b = rng.choice(images_per_identity, 2, replace=False) + 1
+      lines.append(f"{name}\t{a}\t{b}")
+    for _ in range(per_fold):
+      i, j = rng.choice(len(names), 2, replace=False)
+      a, b = rng.integers(images_per_identity, size=2) + 1
+      lines.append(f"{names[i]}\t{a}\t{names[j]}\t{b}")
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+# tf.data pipelines.
+
+
+def load_image(path, load_size):
+  """File -> uint8-valued float32 [load_size, load_size, 3] (resized when it is another size)."""
+  image = common_data.decode_image(tf.io.read_file(path))
+  return tf.image.resize(image, [load_size, load_size])
+
+
+def preprocess_for_train(image, crop_size, seed, normalizer):
+  """Random crop_size crop and horizontal flip (stateless, from a [2] seed), then normalization."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  image = tf.image.stateless_random_crop(image, [crop_size, crop_size, 3], crop_seed)
+  image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+  return normalizer(image)
+
+
+def preprocess_for_eval(image, crop_size, normalizer):
+  """Central crop_size crop, then normalization."""
+  offset_h = (tf.shape(image)[0] - crop_size) // 2
+  offset_w = (tf.shape(image)[1] - crop_size) // 2
+  image = tf.image.crop_to_bounding_box(image, offset_h, offset_w, crop_size, crop_size)
+  return normalizer(image)
+
+
+def _stream_seed(seed, stream, index):
+  """A [2] stateless seed for element `index` of an independent stream."""
+  base = tf.constant([seed, stream], tf.int64)
+  return tf.random.experimental.stateless_fold_in(base, tf.cast(index, tf.int64))
+
+
+def _identity_batches(num_identities, p, seed):
+  """Endless [P] identity indices: each epoch a fresh permutation, every identity once per epoch.
+
+  An epoch is ceil(N / P) batches; its last batch is topped up with identities
+  from the start of the permutation, which are distinct from the ones it holds.
+  """
+  if not 0 < p <= num_identities:
+    raise DataError(f"a batch takes {p} distinct identities, the data has {num_identities}")
+  batches_per_epoch = -(-num_identities // p)
+
+  def epoch_batches(epoch):
+    scores = tf.random.stateless_uniform([num_identities], _stream_seed(seed, _IDENTITY_ORDER_STREAM, epoch))
+    order = tf.argsort(scores)
+    order = tf.concat([order, order[:batches_per_epoch * p - num_identities]], axis=0)
+    return tf.data.Dataset.from_tensor_slices(tf.reshape(order, [batches_per_epoch, p]))
+
+  return tf.data.Dataset.counter().flat_map(epoch_batches)
+
+
+def _pick_images(starts, counts, k, seed):
+  """(batch index, [P] identities) -> [P * K] file indices and labels, K per identity.
+
+  Each identity's images come in a random order; identities with fewer than K
+  images cycle through theirs (the "repeat" policy).
+  """
+
+  def pick(batch_index, identities):
+    identity_counts = tf.gather(counts, identities)
+    longest = tf.reduce_max(identity_counts)
+    scores = tf.random.stateless_uniform(
+        tf.stack([tf.size(identities), longest]), _stream_seed(seed, _IMAGE_PICK_STREAM, batch_index))
+    # Positions past an identity's image count sort last.
+    scores = tf.where(tf.range(longest)[None, :] < identity_counts[:, None], scores, 2.0)
+    order = tf.argsort(scores, axis=1)
+    columns = tf.range(k)[None, :] % identity_counts[:, None]
+    files = tf.gather(order, columns, batch_dims=1) + tf.gather(starts, identities)[:, None]
+    labels = tf.repeat(identities, k)
+    return tf.reshape(files, [-1]), labels
+
+  return pick
+
+
+def make_train_dataset(identities, identities_per_batch, images_per_identity, load_size, crop_size,
+                       normalization_name, seed):
+  """Endless batches (images [P*K, crop, crop, 3] float32, labels [P*K] int32).
+
+  Labels index `identities`. Every batch holds P distinct identities, K images
+  each, identity-major; over ceil(N / P) batches every identity appears.
+  """
+  normalizer = normalization.get_normalizer(normalization_name)
+  p, k = identities_per_batch, images_per_identity
+  paths = tf.constant([path for identity in identities for path in identity.paths])
+  counts = np.array([len(identity.paths) for identity in identities], np.int32)
+  starts = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
+  counts = tf.constant(counts)
+
+  def load(index, file_and_label):
+    file_index, label = file_and_label
+    image = load_image(tf.gather(paths, file_index), load_size)
+    return preprocess_for_train(image, crop_size, _stream_seed(seed, _AUGMENT_STREAM, index),
+                                normalizer), label
+
+  dataset = _identity_batches(len(identities), p, seed).enumerate()
+  dataset = dataset.map(_pick_images(starts, counts, k, seed)).unbatch().enumerate()
+  dataset = dataset.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return dataset.batch(p * k, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def make_eval_dataset(paths, load_size, crop_size, normalization_name, batch_size):
+  """Center-cropped images of `paths`, in order, in batches of batch_size (the last may be smaller)."""
+  normalizer = normalization.get_normalizer(normalization_name)
+  dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths)))
+  dataset = dataset.map(lambda path: preprocess_for_eval(load_image(path, load_size), crop_size, normalizer),
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def identity_labels(identities):
+  """(paths, labels) of every image, labels indexing `identities`."""
+  paths = [path for identity in identities for path in identity.paths]
+  labels = np.repeat(np.arange(len(identities)), [len(identity.paths) for identity in identities])
+  return paths, labels
