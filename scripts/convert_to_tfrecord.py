@@ -58,7 +58,7 @@ def mask_png(mask_path, info):
   with Image.open(io.BytesIO(contents)) as mask:
     ids = np.asarray(mask)
   out = io.BytesIO()
-  Image.fromarray(ids, mode="L").save(out, format="PNG")
+  Image.fromarray(ids).save(out, format="PNG")
   return out.getvalue()
 
 

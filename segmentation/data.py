@@ -68,9 +68,9 @@ class SegmentationData:
 
 
 # A source in a uniform shape: read(seed) gives (uint8 image [h, w, 3], uint8
-# mask [h, w]); with a seed shuffled and endless, with
-# None in order and once. size is the number of images (None when unknown);
-# image_size is (h, w) when every image has it, else None.
+# mask [h, w]), shuffled and endless with a seed, in order and once with None.
+# size is the number of images (None when unknown); image_size is (h, w) when
+# every image has it, else None.
 _Source = collections.namedtuple("_Source", ["read", "size", "image_size"])
 
 # What the up-front check learns about an image and its mask.
@@ -159,6 +159,11 @@ def _checked_splits(cfg, seed, workdir):
     cache_dir = cfg.cache_dir or (os.path.join(workdir, "data") if workdir else None)
     if not cache_dir:
       raise ConfigError("data.cache_dir (or a workdir) is needed to write the synthetic scenes")
+    if not 2 <= cfg.num_classes <= len(synthetic.CLASS_NAMES):
+      raise ConfigError(f"data.num_classes must be 2..{len(synthetic.CLASS_NAMES)} for synthetic scenes, "
+                        f"got {cfg.num_classes}")
+    if min(cfg.num_train_images, cfg.num_eval_images, cfg.image_size) < 1:
+      raise ConfigError("data.num_train_images, data.num_eval_images and data.image_size must be >= 1")
     folders = synthetic.write_scenes(cache_dir, seed, cfg.image_size, cfg.num_train_images,
                                      cfg.num_eval_images, cfg.num_classes)
     splits = [list_folder_pairs(*folders[split]) for split in ("train", "eval")]
@@ -201,11 +206,11 @@ def voc_paths(voc_root, split):
 
 
 def read_split_file(path):
-  """Image ids, one per line (Pascal VOC's ImageSets format)."""
+  """Image ids, the first word of each line (Pascal VOC's ImageSets format)."""
   if not os.path.isfile(path):
     raise DataError(f"{path}: split file not found")
   with open(path) as f:
-    ids = [line.strip() for line in f if line.strip()]
+    ids = [line.split()[0] for line in f if line.strip()]
   if not ids:
     raise DataError(f"{path}: split file lists no image ids")
   return ids
@@ -298,7 +303,9 @@ def _mask_decoder(pairs, infos):
   if modes == {"L"}:
     return lambda png: tf.io.decode_png(png, channels=1)[..., 0]
   if len(modes) > 1:
-    first = {info.mask_mode: pair[1] for pair, info in zip(pairs, infos)}
+    first = {}
+    for pair, info in zip(pairs, infos):
+      first.setdefault(info.mask_mode, pair[1])
     raise DataError(f"masks mix palette and grayscale PNGs ({first['P']} is palette, {first['L']} is grayscale)")
   colors, ids = _palette_lookup(pairs, infos)
 

@@ -207,7 +207,7 @@ def test_read_shuffled_blocks_covers_every_record_each_pass(tmp_path):
   def read(seed):
     dataset = data.read_shuffled_blocks(103, lambda a, b: data.read_npy_records(info, a, b), seed=seed,
                                         block_records=10, cycle_length=4)
-    return [int(r[0]) for r in dataset.take(1030)]
+    return next(iter(dataset.take(1030).batch(1030)))[:, 0].numpy().tolist()
 
   values = read(seed=3)
   # Passes overlap by at most the blocks being interleaved (4 x 10 records).

@@ -1,6 +1,8 @@
 """Tests of segmentation/data.py, segmentation/synthetic.py and scripts/convert_to_tfrecord.py."""
 import logging
 import os
+import subprocess
+import sys
 
 import ml_collections
 import numpy as np
@@ -409,6 +411,7 @@ def test_masks_must_be_png_class_ids(tmp_path):
     (dict(source="pictures"), "data.source 'pictures' is unknown"),
     (dict(ignore_label=3), "data.ignore_label must be in \\[num_classes, 255\\]"),
     (dict(source="folder"), "data.images_dir must be set"),
+    (dict(num_classes=6), "data.num_classes must be 2..5 for synthetic scenes"),
 ])
 def test_bad_config_values_are_named(tmp_path, overrides, message):
   with pytest.raises(ConfigError, match=message):
@@ -423,3 +426,17 @@ def test_read_image_file_reads_any_decodable_image_as_rgb(tmp_path):
   (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8 broken")
   with pytest.raises(DataError, match="bad.jpg: does not decode"):
     seg_data.read_image_file(str(tmp_path / "bad.jpg"))
+
+
+def test_convert_script_writes_shards_from_the_command_line(tmp_path):
+  masks = write_voc(tmp_path / "voc")
+  script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "convert_to_tfrecord.py")
+  result = subprocess.run(
+      [sys.executable, script, f"--voc_root={tmp_path / 'voc'}", "--split=val", "--num_classes=21",
+       f"--output_prefix={tmp_path / 'val'}", "--num_shards=1"], capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr
+  assert f"wrote 1 shards: {tmp_path / 'val'}-*-of-00001.tfrecord" in result.stdout
+  (record,) = tf.data.TFRecordDataset(str(tmp_path / "val-00000-of-00001.tfrecord"))
+  features = tf.io.parse_single_example(record, seg_data.TFRECORD_FEATURES)
+  np.testing.assert_array_equal(
+      tf.io.decode_png(features["image/segmentation/class/encoded"])[..., 0].numpy(), masks[-1])
