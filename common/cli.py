@@ -79,7 +79,8 @@ def run(main):
 
   def guarded_main(argv):
     try:
-      config_lib.validate_config(flags.FLAGS.config)
+      if "config" in flags.FLAGS:
+        config_lib.validate_config(flags.FLAGS.config)
       return main(argv)
     except UserError as e:
       fail(str(e))

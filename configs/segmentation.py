@@ -12,13 +12,13 @@ from common.config import base_config
 
 def get_config(preset=None):
   config = base_config()
-  config.train.batch_size = 64
-  config.train.num_steps = 1500
-  config.train.log_every = 100
-  config.train.eval_every = 500
-  config.train.checkpoint_every = 500
+  config.train.batch_size = 32
+  config.train.num_steps = 400
+  config.train.log_every = 50
+  config.train.eval_every = 200
+  config.train.checkpoint_every = 200
   config.optimizer.learning_rate = 3e-3
-  config.optimizer.decay_steps = 500
+  config.optimizer.decay_steps = 200
   config.optimizer.decay_rate = 0.5
   config.optimizer.clipnorm = 1.0
 
@@ -31,13 +31,17 @@ def get_config(preset=None):
   config.data.normalization = "unit"  # see common/normalization.py
   config.data.skip_bad_files = False
   config.data.shuffle_buffer = 2048
+  config.data.class_names = ()  # () = from the source (synthetic, VOC) or class_<id>
+  config.data.eval_batch_size = 8  # when all eval images have one size; else 1
+  config.data.eval_fraction = 0.1  # held out when a source has no eval split of its own
   config.data.cache_dir = ""  # synthetic scenes are written here; "" = <workdir>/data
   config.data.image_size = 64  # synthetic scenes
   config.data.num_train_images = 200
   config.data.num_eval_images = 40
   config.data.images_dir = ""  # folder source
   config.data.masks_dir = ""
-  config.data.train_split = ""  # folder/voc: a file of image ids, one per line
+  # folder: files of image ids, one per line (both or neither); voc: split names ("" = train, val).
+  config.data.train_split = ""
   config.data.eval_split = ""
   config.data.voc_root = ""  # voc source: the VOC2012 folder
   config.data.train_pattern = ""  # tfrecord source
@@ -46,9 +50,10 @@ def get_config(preset=None):
   config.data.train_labels = ""
   config.data.eval_images = ""
   config.data.eval_labels = ""
+  config.data.npy_pixel_max = 255.0  # float .npy pixels span [0, npy_pixel_max]
 
   config.model = ml_collections.ConfigDict()
-  config.model.widths = (32, 64, 128)  # one encoder level each; total stride 2**(levels-1)
+  config.model.widths = (16, 32, 64)  # one encoder level each; total stride 2**(levels-1)
   config.model.weight_decay = 0.0
 
   config.loss = ml_collections.ConfigDict()
@@ -63,7 +68,7 @@ def get_config(preset=None):
           "model.widths": (8, 16, 32),
       },
       "gtx960m": {
-          "mixed_precision": True, "train.batch_size": 256, "model.widths": (48, 96, 192),
+          "mixed_precision": True, "train.batch_size": 256, "train.num_steps": 2000, "model.widths": (32, 64, 128),
       },
   }
   return apply_preset(config, presets, preset)

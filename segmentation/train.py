@@ -12,9 +12,10 @@ from common import export
 from common import train_loop
 from common.errors import ConfigError
 from segmentation import data as data_lib
-from segmentation import evaluate as evaluate_lib
 from segmentation import losses
+from segmentation import metrics
 from segmentation import model as model_lib
+from segmentation import visualize
 
 
 def validate_config(config):
@@ -28,9 +29,9 @@ def validate_config(config):
                       f"{config.data.num_classes}")
 
 
-def build_model_from_config(config, num_classes=None):
-  return model_lib.build_model(num_classes or config.data.num_classes, tuple(config.model.widths),
-                               config.model.weight_decay, config.data.normalization)
+def build_model_from_config(config, num_classes):
+  return model_lib.build_model(num_classes, tuple(config.model.widths), config.model.weight_decay,
+                               config.data.normalization)
 
 
 def make_loss_fn(ignore_label, class_weights):
@@ -45,8 +46,8 @@ def make_image_summaries(model, batch):
   images, labels = batch
   predictions = tf.argmax(model(images, training=False), axis=-1)
   return {"patches/image": images,
-          "patches/label": evaluate_lib.colorize(labels.numpy()),
-          "patches/prediction": evaluate_lib.colorize(predictions.numpy())}
+          "patches/label": visualize.colorize(labels.numpy()),
+          "patches/prediction": visualize.colorize(predictions.numpy())}
 
 
 def export_model(model, path, pad_multiple):
@@ -72,12 +73,12 @@ def train_and_evaluate(config, workdir):
     model = build_model_from_config(config, data.num_classes)
     optimizer = train_loop.make_optimizer(config.optimizer, config.mixed_precision)
   logging.info("model: %d parameters, total stride %d", model.count_params(), pad_multiple)
-  predict_fn = evaluate_lib.make_predict_fn(model)
+  predict_fn = metrics.make_predict_fn(model)
   results = train_loop.train(
       config, workdir, strategy=strategy, model=model, train_dataset=data.train,
       loss_fn=make_loss_fn(config.data.ignore_label, tuple(config.loss.class_weights) or None),
       phases=[train_loop.Phase("train", config.train.num_steps, optimizer)],
-      evaluate_fn=lambda _: evaluate_lib.evaluate(predict_fn, data.eval, data.num_classes,
+      evaluate_fn=lambda _: metrics.evaluate(predict_fn, data.eval, data.num_classes,
                                                   config.data.ignore_label),
       image_summaries_fn=make_image_summaries)
   saved_model = export_model(model, os.path.join(workdir, "saved_model"), pad_multiple)

@@ -1,0 +1,38 @@
+"""Confusion-matrix metrics of semantic segmentation over a whole dataset."""
+import numpy as np
+import tensorflow as tf
+
+
+def confusion_matrix(labels, logits, num_classes, ignore_label):
+  """[num_classes, num_classes] counts, rows = true class, columns = predicted, ignored pixels left out."""
+  labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+  predictions = tf.reshape(tf.argmax(logits, axis=-1, output_type=tf.int32), [-1])
+  valid = tf.not_equal(labels, ignore_label)
+  return tf.math.confusion_matrix(tf.boolean_mask(labels, valid), tf.boolean_mask(predictions, valid),
+                                  num_classes=num_classes, dtype=tf.int64)
+
+
+def metrics_from_confusion(confusion):
+  """mIoU over the classes that occur (in labels or predictions), per-class IoU, pixel accuracy."""
+  confusion = np.asarray(confusion, np.float64)
+  true_positive = np.diag(confusion)
+  union = confusion.sum(0) + confusion.sum(1) - true_positive
+  present = union > 0
+  iou = np.where(present, true_positive / np.maximum(union, 1), np.nan)
+  results = {"miou": float(np.nanmean(iou)) if present.any() else 0.0,
+             "pixel_accuracy": float(true_positive.sum() / max(confusion.sum(), 1))}
+  results.update({f"iou/class_{c}": float(v) for c, v in enumerate(iou) if present[c]})
+  return results
+
+
+def make_predict_fn(model):
+  """A compiled forward pass that does not retrace for every image size."""
+  return tf.function(lambda images: model(images, training=False), reduce_retracing=True)
+
+
+def evaluate(predict_fn, dataset, num_classes, ignore_label):
+  """mIoU, per-class IoU and pixel accuracy from one confusion matrix over the whole dataset."""
+  confusion = np.zeros([num_classes, num_classes], np.int64)
+  for images, labels in dataset:
+    confusion += confusion_matrix(labels, predict_fn(images), num_classes, ignore_label).numpy()
+  return metrics_from_confusion(confusion)

@@ -1,0 +1,49 @@
+"""Writes a color-coded mask PNG (and the raw class ids) for each input image, with an exported SavedModel.
+
+python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg b.png
+"""
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+from PIL import Image
+import tensorflow as tf
+
+from common import cli
+from common.errors import CheckpointError
+from segmentation import data as data_lib
+from segmentation import visualize
+
+_SAVED_MODEL = flags.DEFINE_string("saved_model", "runs/segmentation/saved_model",
+                                   "SavedModel written by segmentation.train.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
+
+
+def predict_files(saved_model, paths, output_dir):
+  """Writes <name>_mask.png (colors) and <name>_classes.png (class ids) per image; returns the paths."""
+  if not os.path.isdir(saved_model):
+    raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
+  serve = tf.saved_model.load(saved_model).signatures["serving_default"]
+  os.makedirs(output_dir, exist_ok=True)
+  written = []
+  for path in paths:
+    image = data_lib.read_image_file(path)
+    class_ids = serve(images=tf.convert_to_tensor(image[None]))["class_ids"][0].numpy()
+    stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
+    Image.fromarray(visualize.colorize(class_ids)).save(stem + "_mask.png")
+    Image.fromarray(class_ids.astype(np.uint8)).save(stem + "_classes.png")
+    written.append(stem + "_mask.png")
+    logging.info("%s -> %s_mask.png", path, stem)
+  return written
+
+
+def main(argv):
+  if len(argv) < 2:
+    raise app.UsageError("give one or more image files")
+  predict_files(_SAVED_MODEL.value, argv[1:], _OUTPUT_DIR.value)
+
+
+if __name__ == "__main__":
+  cli.run(main)

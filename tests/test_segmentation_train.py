@@ -1,0 +1,250 @@
+"""The segmentation trainer end to end: the README's job, resume after SIGTERM, bad input, TensorBoard."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+
+from configs import segmentation as segmentation_config
+from segmentation import data as data_lib
+from segmentation import evaluate
+from segmentation import metrics
+from segmentation import predict
+from segmentation import train
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def smoke_config(**overrides):
+  config = segmentation_config.get_config("smoke")
+  for key, value in overrides.items():
+    config[key] = value
+  return config
+
+
+def test_smoke_run_trains_evaluates_and_exports(tmp_path):
+  config = smoke_config()
+  results = train.train_and_evaluate(config, str(tmp_path))
+  assert results["step"] == config.train.num_steps
+  assert 0.0 <= results["eval"]["miou"] <= 1.0
+  with open(tmp_path / "metrics.json") as f:
+    assert json.load(f)["eval"]["miou"] == results["eval"]["miou"]
+  serve = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
+  out = serve(images=tf.zeros([2, 37, 45, 3], tf.uint8))  # any size, not a multiple of the stride
+  assert out["class_ids"].shape == (2, 37, 45)
+  assert out["logits"].dtype == tf.float32
+  np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
+
+
+def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_path):
+  config = smoke_config()
+  results = train.train_and_evaluate(config, str(tmp_path))
+  data = data_lib.make_datasets(config.data, 4, config.seed, 4, str(tmp_path))
+  for source in (dict(saved_model=None), dict(saved_model=str(tmp_path / "saved_model"))):
+    predict_fn = evaluate.load_for_evaluation(config, str(tmp_path), **source)
+    scores = metrics.evaluate(predict_fn, data.eval, data.num_classes, config.data.ignore_label)
+    assert scores["miou"] == pytest.approx(results["eval"]["miou"], abs=1e-6), source
+  image_path = tmp_path / "photo.png"
+  Image.fromarray(np.random.default_rng(0).integers(0, 255, (21, 30, 3), np.uint8)).save(image_path)
+  written = predict.predict_files(str(tmp_path / "saved_model"), [str(image_path)], str(tmp_path / "out"))
+  mask = np.array(Image.open(written[0]))
+  assert mask.shape == (21, 30, 3) and mask.dtype == np.uint8
+  class_ids = np.array(Image.open(tmp_path / "out" / "photo_classes.png"))
+  assert class_ids.max() < config.data.num_classes
+
+
+def test_resumed_run_continues_from_its_checkpoint(tmp_path):
+  config = smoke_config()
+  config.train.num_steps = 20
+  first = train.train_and_evaluate(config, str(tmp_path))
+  config.train.num_steps = 30
+  second = train.train_and_evaluate(config, str(tmp_path))
+  assert (first["step"], second["step"], second["steps_run"]) == (20, 30, 10)
+
+
+@pytest.mark.slow
+def test_readme_main_job_reaches_miou_085(tmp_path, run_cli):
+  """The first command of the README, as a new user runs it (the install part aside)."""
+  with open(os.path.join(REPO_ROOT, "README.md")) as f:
+    command = re.search(r"&& (python -m segmentation\.train [^\n`]*)", f.read()).group(1)
+  args = command.split()[1:]
+  args = [a for a in args if not a.startswith("--workdir")] + [f"--workdir={tmp_path}"]
+  started = time.time()
+  result = run_cli(args, timeout=1800)
+  assert result.returncode == 0, result.stderr[-3000:]
+  miou = float(re.search(r"validation mIoU ([0-9.]+)", result.stdout).group(1))
+  print(f"main job: mIoU {miou:.4f} in {time.time() - started:.0f} s")
+  assert miou >= 0.85
+  assert os.path.isdir(tmp_path / "saved_model")
+
+
+def checkpoint_values(path):
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if "save_counter" not in name and "ITERATOR_STATE" not in name}
+
+
+@pytest.mark.slow
+def test_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path, run_cli):
+  total = 60
+  common = ["-m", "segmentation.train", "--config=configs/segmentation.py:smoke",
+            "--config.deterministic=True", f"--config.train.num_steps={total}",
+            "--config.train.log_every=1", "--config.train.eval_every=1000",
+            "--config.train.checkpoint_every=1000", f"--config.data.cache_dir={tmp_path / 'data'}"]
+  straight = tmp_path / "straight"
+  assert run_cli(common + [f"--workdir={straight}"]).returncode == 0
+
+  interrupted = tmp_path / "interrupted"
+  process = subprocess.Popen([sys.executable] + common + [f"--workdir={interrupted}"], cwd=REPO_ROOT,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  for line in process.stderr:  # progress lines: "step 12/60 ..."
+    match = re.search(r"step (\d+)/%d" % total, line)
+    if match and int(match.group(1)) >= total // 2:
+      process.send_signal(signal.SIGTERM)
+      break
+  process.stderr.read()
+  assert process.wait(timeout=300) == 128 + signal.SIGTERM
+  stopped_at = tf.train.latest_checkpoint(interrupted / "checkpoints")
+  stopped_step = int(checkpoint_values(stopped_at)["step/.ATTRIBUTES/VARIABLE_VALUE"])
+  assert total // 2 <= stopped_step < total
+
+  resumed = run_cli(common + [f"--workdir={interrupted}"])
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f"resuming from {stopped_at} at step {stopped_step}" in resumed.stderr
+  expected = checkpoint_values(tf.train.latest_checkpoint(straight / "checkpoints"))
+  actual = checkpoint_values(tf.train.latest_checkpoint(interrupted / "checkpoints"))
+  assert expected.keys() == actual.keys()
+  assert int(actual["step/.ATTRIBUTES/VARIABLE_VALUE"]) == total
+  for name, value in expected.items():
+    np.testing.assert_array_equal(value, actual[name], err_msg=name)
+
+
+def write_pair(folder, name, image_size=(32, 32), mask_size=(32, 32), mask_value=1):
+  os.makedirs(folder / "images", exist_ok=True)
+  os.makedirs(folder / "masks", exist_ok=True)
+  Image.fromarray(np.full(image_size + (3,), 128, np.uint8)).save(folder / "images" / f"{name}.png")
+  Image.fromarray(np.full(mask_size, mask_value, np.uint8)).save(folder / "masks" / f"{name}.png")
+
+
+def folder_args(folder):
+  return [f"--config.data.source=folder", f"--config.data.images_dir={folder / 'images'}",
+          f"--config.data.masks_dir={folder / 'masks'}"]
+
+
+def bad_inputs(tmp_path):
+  """{case: (extra CLI args, text the error line must contain)}."""
+  cases = {}
+  corrupt = tmp_path / "corrupt"
+  for i in range(3):
+    write_pair(corrupt, f"ok{i}")
+  (corrupt / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
+  Image.fromarray(np.ones((32, 32), np.uint8)).save(corrupt / "masks" / "broken.png")
+  cases["corrupt image"] = (folder_args(corrupt), "broken.png")
+  size = tmp_path / "size"
+  write_pair(size, "a")
+  write_pair(size, "b", mask_size=(30, 32))
+  cases["mask size"] = (folder_args(size), "b.png")
+  label = tmp_path / "label"
+  write_pair(label, "a")
+  write_pair(label, "c", mask_value=7)
+  cases["class id"] = (folder_args(label), "c.png")
+  empty = tmp_path / "empty"
+  os.makedirs(empty / "images")
+  os.makedirs(empty / "masks")
+  cases["empty folder"] = (folder_args(empty), str(empty / "images"))
+  voc = tmp_path / "VOC2012"
+  for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+    os.makedirs(voc / sub)
+  Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(voc / "JPEGImages" / "2007_000001.jpg")
+  Image.fromarray(np.zeros((32, 32), np.uint8)).save(voc / "SegmentationClass" / "2007_000001.png")
+  cases["missing split"] = (["--config.data.source=voc", f"--config.data.voc_root={voc}"], "train.txt")
+  cases["unknown key"] = (["--config.optimizer.learnig_rate=0.1"], "optimizer.learnig_rate")
+  cases["learning rate"] = (["--config.optimizer.learning_rate=1e-50"], "optimizer.learning_rate")
+  return cases
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path):
+  cases = bad_inputs(tmp_path)
+  processes = {
+      case: subprocess.Popen(
+          [sys.executable, "-m", "segmentation.train", "--config=configs/segmentation.py:smoke",
+           f"--workdir={tmp_path / 'run' / case.replace(' ', '_')}"] + args,
+          cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+      for case, (args, _) in cases.items()}
+  for case, process in processes.items():
+    _, stderr = process.communicate(timeout=600)
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert process.returncode == 2, (case, stderr[-2000:])
+    assert len(errors) == 1 and cases[case][1] in errors[0], (case, stderr[-2000:])
+    assert "Traceback" not in stderr, case
+
+
+def test_skip_bad_files_skips_and_counts_a_corrupt_image(tmp_path, caplog):
+  folder = tmp_path / "data"
+  for i in range(3):
+    write_pair(folder, f"ok{i}")
+  (folder / "images" / "broken.png").write_bytes(b"not an image")
+  Image.fromarray(np.ones((32, 32), np.uint8)).save(folder / "masks" / "broken.png")
+  config = smoke_config()
+  config.train.num_steps = 2
+  config.data.source = "folder"
+  config.data.images_dir = str(folder / "images")
+  config.data.masks_dir = str(folder / "masks")
+  config.data.skip_bad_files = True
+  results = train.train_and_evaluate(config, str(tmp_path / "run"))
+  assert results["step"] == 2
+  assert re.search(r"skipped 1 of \d+ files that do not decode: broken.png", caplog.text)
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_the_loss_series(tmp_path):
+  config = smoke_config()
+  train.train_and_evaluate(config, str(tmp_path))
+  port = free_port()
+  server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path),
+                             "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    url = f"http://127.0.0.1:{port}/data/plugin/scalars"
+    tags = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+      try:
+        with urllib.request.urlopen(f"{url}/tags", timeout=5) as response:
+          tags = json.load(response)
+        if "loss" in tags.get("train", {}):
+          break
+      except OSError:
+        pass
+      time.sleep(1)
+    assert tags and "loss" in tags["train"], tags
+    assert "miou" in tags["eval"]
+    query = urllib.parse.urlencode({"run": "train", "tag": "loss"})
+    with urllib.request.urlopen(f"{url}/scalars?{query}", timeout=10) as response:
+      series = json.load(response)
+    steps = [step for _, step, _ in series]
+    assert steps == list(range(config.summaries.scalars_every, config.train.num_steps + 1,
+                               config.summaries.scalars_every))
+    assert all(np.isfinite(value) and value > 0 for _, _, value in series)
+  finally:
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
