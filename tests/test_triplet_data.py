@@ -132,8 +132,9 @@ def test_corrupt_image_is_an_error_or_a_counted_skip(tmp_path, caplog):
 
 def test_too_few_identities_for_a_batch(tmp_path):
   identities = data.list_identities(make_folder(tmp_path, [2, 2]))
-  with pytest.raises(DataError, match="3 distinct identities, the data has 2"):
+  with pytest.raises(DataError) as excinfo:
     data.make_train_dataset(identities, 3, 2, 8, 6, "unit", seed=0)
+  assert error_message(excinfo) == f"{tmp_path}: 2 usable identities, but a batch takes 3 distinct ones"
 
 
 def write_pairs(path, lines):

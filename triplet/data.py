@@ -81,7 +81,8 @@ def select_identities(identities, images_per_identity, small_identities="error")
   if small and small_identities == "error":
     raise DataError(
         f"{small[0].directory}: {len(small[0].paths)} image(s), but a batch takes {k} per identity "
-        f"({len(small)} of {len(identities)} identities are short); drop or repeat them by config")
+        f"({len(small)} of {len(identities)} identities are short); set small_identities to 'drop' "
+        "or 'repeat' to use the others")
   if small_identities == "drop":
     kept = [i for i in identities if len(i.paths) >= k]
     if small:
@@ -277,9 +278,9 @@ def preprocess_for_train(image, crop_size, seed, normalizer):
 
 
 def preprocess_for_eval(image, crop_size, normalizer):
-  """Central crop_size crop, then normalization."""
-  offset_h = (tf.shape(image)[0] - crop_size) // 2
-  offset_w = (tf.shape(image)[1] - crop_size) // 2
+  """Central crop_size crop of an image or a batch, then normalization."""
+  offset_h = (tf.shape(image)[-3] - crop_size) // 2
+  offset_w = (tf.shape(image)[-2] - crop_size) // 2
   image = tf.image.crop_to_bounding_box(image, offset_h, offset_w, crop_size, crop_size)
   return normalizer(image)
 
@@ -296,8 +297,6 @@ def _identity_batches(num_identities, p, seed):
   An epoch is ceil(N / P) batches; its last batch is topped up with identities
   from the start of the permutation, which are distinct from the ones it holds.
   """
-  if not 0 < p <= num_identities:
-    raise DataError(f"a batch takes {p} distinct identities, the data has {num_identities}")
   batches_per_epoch = -(-num_identities // p)
 
   def epoch_batches(epoch):
@@ -341,6 +340,9 @@ def make_train_dataset(identities, identities_per_batch, images_per_identity, lo
   """
   normalizer = normalization.get_normalizer(normalization_name)
   p, k = identities_per_batch, images_per_identity
+  if len(identities) < p:
+    where = os.path.dirname(identities[0].directory) if identities else "the data"
+    raise DataError(f"{where}: {len(identities)} usable identities, but a batch takes {p} distinct ones")
   paths = tf.constant([path for identity in identities for path in identity.paths])
   counts = np.array([len(identity.paths) for identity in identities], np.int32)
   starts = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))
@@ -363,6 +365,14 @@ def make_eval_dataset(paths, load_size, crop_size, normalization_name, batch_siz
   normalizer = normalization.get_normalizer(normalization_name)
   dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths)))
   dataset = dataset.map(lambda path: preprocess_for_eval(load_image(path, load_size), crop_size, normalizer),
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def make_uint8_dataset(paths, load_size, batch_size):
+  """Images of `paths` resized to load_size, as uint8, in order: what an exported model takes."""
+  dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths)))
+  dataset = dataset.map(lambda path: tf.cast(tf.round(load_image(path, load_size)), tf.uint8),
                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 

@@ -1,0 +1,82 @@
+"""Triplet-loss embedding trainer config: `--config=configs/triplet.py[:preset]`.
+
+Presets: default (the FaceNet-style recipe: 182 -> 160 crops, 32 identities x
+4 images, 128-d embeddings; sized for a GPU, slow on a CPU), smoke (seconds,
+for tests), gtx960m (the default with mixed precision, for a 4 GB card).
+"""
+import ml_collections
+
+from common.config import apply_preset
+from common.config import base_config
+
+
+def get_config(preset=None):
+  config = base_config()
+  config.train.num_steps = 3000
+  config.train.log_every = 100
+  config.train.eval_every = 500
+  config.train.checkpoint_every = 500
+  config.optimizer.learning_rate = 1e-3
+  config.optimizer.decay_steps = 500  # the learning rate halves every 500 steps
+  config.optimizer.decay_rate = 0.5
+  config.optimizer.staircase = True
+  config.optimizer.clipnorm = 1.0
+  config.summaries.activation_stats = True  # per-layer activation mean and variance
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = "synthetic"  # synthetic | folder
+  config.data.identities_per_batch = 32  # P
+  config.data.images_per_identity = 4  # K
+  # Identities with fewer than K images: error | drop | repeat (reuse their images).
+  config.data.small_identities = "error"
+  config.data.skip_bad_files = False  # skip and count non-image and undecodable files
+  config.data.load_size = 182  # images are resized to this, then cropped
+  config.data.crop_size = 160  # random crops for training, center crops for evaluation
+  config.data.normalization = "symmetric"  # see common/normalization.py
+  config.data.eval_batch_size = 128
+  # folder source: one directory per identity.
+  config.data.train_dir = ""
+  config.data.eval_dir = ""  # held-out identities for recall@k; "" = none
+  config.data.pairs_file = ""  # LFW pairs.txt for verification; "" = none
+  config.data.pairs_dir = ""  # image root of pairs_file; "" = eval_dir
+  # synthetic source: glyph identities written once as PNG folders.
+  config.data.cache_dir = ""  # "" = <workdir>/data
+  config.data.num_train_identities = 200
+  config.data.num_eval_identities = 50
+  config.data.images_per_synthetic_identity = 8
+  config.data.num_pair_folds = 10
+  config.data.pairs_per_fold = 30  # same pairs per fold, and as many different pairs
+
+  config.model = ml_collections.ConfigDict()
+  config.model.embedding_size = 128
+  config.model.widths = (64, 128, 256, 256)  # stem, then one 1x1 + 3x3 stage each
+  config.model.weight_decay = 5e-4
+  config.model.bn_momentum = 0.99
+
+  config.loss = ml_collections.ConfigDict()
+  # batch_hard | batch_hard_soft | semi_hard | batch_all, or softmax: the same network as a
+  # classifier over the training identities (tells a network problem from a triplet problem).
+  config.loss.name = "semi_hard"
+  config.loss.margin = 0.2
+  config.loss.squared = False  # squared Euclidean distances instead of Euclidean
+
+  # A batch is P identities x K images; overriding either updates it.
+  config.train.batch_size = (config.data.get_ref("identities_per_batch")
+                             * config.data.get_ref("images_per_identity"))
+
+  presets = {
+      "default": {},
+      "smoke": {
+          "train.num_steps": 20, "train.log_every": 10, "train.eval_every": 20,
+          "train.checkpoint_every": 20, "summaries.scalars_every": 10, "summaries.images_every": 20,
+          "summaries.histograms_every": 20,
+          "data.identities_per_batch": 4, "data.images_per_identity": 2, "data.load_size": 20,
+          "data.crop_size": 16, "data.num_train_identities": 8, "data.num_eval_identities": 4,
+          "data.images_per_synthetic_identity": 3, "data.num_pair_folds": 2, "data.pairs_per_fold": 4,
+          "data.eval_batch_size": 32, "model.embedding_size": 8, "model.widths": (4, 8),
+      },
+      "gtx960m": {
+          "mixed_precision": True,
+      },
+  }
+  return apply_preset(config, presets, preset)

@@ -1,0 +1,164 @@
+"""The triplet trainer end to end: smoke run, resume, softmax sanity mode, convergence, CLI errors."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+from configs import triplet as triplet_config
+from triplet import train
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def smoke_config(**overrides):
+  config = triplet_config.get_config("smoke")
+  for key, value in overrides.items():
+    section, _, leaf = key.rpartition(".")
+    (config[section] if section else config)[leaf] = value
+  return config
+
+
+def scalar_tags(logdir):
+  accumulator = event_accumulator.EventAccumulator(
+      str(logdir), size_guidance={event_accumulator.TENSORS: 0})
+  accumulator.Reload()
+  return set(accumulator.Tags()["tensors"])
+
+
+def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path):
+  config = smoke_config(**{"train.num_steps": 10})
+  results = train.train_and_evaluate(config, str(tmp_path))
+  assert results["step"] == 10
+  for name in ("recall_at_1", "recall_at_5", "verification_accuracy", "val_at_far_1e-3"):
+    assert 0.0 <= results["eval"][name] <= 1.0
+    assert name in results["initial_eval"]
+  with open(tmp_path / "metrics.json") as f:
+    assert json.load(f)["eval"]["recall_at_1"] == results["eval"]["recall_at_1"]
+  tags = scalar_tags(tmp_path / "train")
+  assert {"mining/active_fraction", "mining/positive_distance", "mining/negative_distance",
+          "embedding_norm", "activations/stem_conv/mean", "activations/stem_conv/variance"} <= tags
+
+  serve = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
+  embeddings = serve(images=tf.zeros([3, 25, 31, 3], tf.uint8))["embeddings"]
+  assert embeddings.shape == (3, config.model.embedding_size) and embeddings.dtype == tf.float32
+  np.testing.assert_allclose(np.linalg.norm(embeddings.numpy(), axis=1), 1.0, rtol=1e-5)
+
+  config.train.num_steps = 15
+  resumed = train.train_and_evaluate(config, str(tmp_path))
+  assert (resumed["step"], resumed["steps_run"]) == (15, 5)
+  assert resumed["initial_eval"] == results["initial_eval"]
+
+
+def test_softmax_sanity_mode_raises_training_accuracy(tmp_path):
+  config = smoke_config(**{"loss.name": "softmax", "train.num_steps": 60, "data.load_size": 40,
+                           "data.crop_size": 32, "model.widths": (16, 32, 64),
+                           "model.bn_momentum": 0.8})
+  results = train.train_and_evaluate(config, str(tmp_path))
+  before, after = results["initial_eval"]["train_accuracy"], results["eval"]["train_accuracy"]
+  print(f"softmax training accuracy {before:.3f} -> {after:.3f}")
+  assert after >= 0.75 and after > before + 0.3
+  assert "accuracy" in scalar_tags(tmp_path / "train")
+
+
+@pytest.mark.slow
+def test_synthetic_identities_reach_recall_and_verification_090(tmp_path):
+  """Held-out identities: recall@1 and 10-fold verification accuracy from chance-like to >= 0.90."""
+  config = triplet_config.get_config("default")
+  overrides = {
+      "data.load_size": 40, "data.crop_size": 32, "data.identities_per_batch": 16,
+      "data.num_train_identities": 64, "data.num_eval_identities": 20,
+      "data.images_per_synthetic_identity": 6, "data.pairs_per_fold": 30,
+      "model.widths": (16, 32, 64), "model.embedding_size": 64, "model.weight_decay": 1e-4,
+      "model.bn_momentum": 0.9, "train.num_steps": 400, "train.log_every": 100,
+      "train.eval_every": 400, "train.checkpoint_every": 400, "summaries.scalars_every": 100,
+  }
+  for key, value in overrides.items():
+    section, leaf = key.split(".")
+    config[section][leaf] = value
+  started = time.time()
+  results = train.train_and_evaluate(config, str(tmp_path))
+  initial, final = results["initial_eval"], results["eval"]
+  print(f"recall@1 {initial['recall_at_1']:.3f} -> {final['recall_at_1']:.3f}, verification "
+        f"{initial['verification_accuracy']:.3f} -> {final['verification_accuracy']:.3f} "
+        f"in {time.time() - started:.0f} s")
+  assert initial["recall_at_1"] < 0.5 and initial["verification_accuracy"] < 0.75
+  assert final["recall_at_1"] >= 0.90
+  assert final["verification_accuracy"] >= 0.90
+
+
+def write_identity(root, name, count, size=20):
+  os.makedirs(root / name, exist_ok=True)
+  for i in range(1, count + 1):
+    pixels = np.random.default_rng(i).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(root / name / f"{name}_{i:04d}.png")
+
+
+def folder_args(train_dir, eval_dir=None, pairs_file=None):
+  args = ["--config.data.source=folder", f"--config.data.train_dir={train_dir}"]
+  if eval_dir:
+    args.append(f"--config.data.eval_dir={eval_dir}")
+  if pairs_file:
+    args.append(f"--config.data.pairs_file={pairs_file}")
+  return args
+
+
+def bad_inputs(tmp_path):
+  """{case: (module, extra CLI args, text the error line must contain)}."""
+  cases = {}
+  good = tmp_path / "good"
+  for i in range(4):
+    write_identity(good, f"person{i}", 2)
+  short = tmp_path / "short"
+  for i in range(4):
+    write_identity(short, f"person{i}", 1 if i == 2 else 2)
+  cases["one image identity"] = ("triplet.train", folder_args(short), str(short / "person2"))
+  non_image = tmp_path / "non_image"
+  for i in range(4):
+    write_identity(non_image, f"person{i}", 2)
+  (non_image / "person1" / "notes.txt").write_text("hello")
+  cases["non-image file"] = ("triplet.train", folder_args(non_image), "notes.txt")
+  corrupt = tmp_path / "corrupt"
+  for i in range(4):
+    write_identity(corrupt, f"person{i}", 2)
+  (corrupt / "person3" / "person3_0003.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+  cases["corrupt image"] = ("triplet.train", folder_args(corrupt), "person3_0003.png")
+  pairs = tmp_path / "pairs.txt"
+  pairs.write_text("1\t1\nperson0\t1\t2\nperson0\t1\tperson9\t1\n")
+  cases["pairs naming a missing image"] = (
+      "triplet.train", folder_args(good, good, pairs), "person9_0001")
+  cases["unknown loss"] = ("triplet.train", ["--config.loss.name=triplet"], "loss.name")
+  cases["other embedding size (evaluate)"] = (
+      "triplet.evaluate", [f"--workdir={tmp_path / 'trained'}", "--config.model.embedding_size=16"],
+      "raw_embedding")
+  cases["other embedding size (resume)"] = (
+      "triplet.train", [f"--workdir={tmp_path / 'trained'}", "--config.model.embedding_size=16"],
+      "raw_embedding")
+  return cases
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path):
+  trained = tmp_path / "trained"
+  train.train_and_evaluate(smoke_config(**{"train.num_steps": 2}), str(trained))
+  cases = bad_inputs(tmp_path)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  processes = {}
+  for case, (module, args, _) in cases.items():
+    workdir = [] if any(a.startswith("--workdir") for a in args) else [
+        f"--workdir={tmp_path / 'runs' / case.replace(' ', '_')}"]
+    processes[case] = subprocess.Popen(
+        [sys.executable, "-m", module, "--config=configs/triplet.py:smoke"] + workdir + args,
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+  for case, process in processes.items():
+    _, stderr = process.communicate(timeout=600)
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert process.returncode == 2, (case, stderr[-2000:])
+    assert len(errors) == 1 and cases[case][2] in errors[0], (case, stderr[-2000:])
+    assert "Traceback" not in stderr, case
