@@ -143,19 +143,43 @@ def bad_inputs(tmp_path):
   return cases
 
 
+def start_cli(module, args):
+  return subprocess.Popen(
+      [sys.executable, "-m", module, "--config=configs/triplet.py:smoke"] + args, cwd=REPO_ROOT,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
 @pytest.mark.slow
-def test_bad_input_is_one_line_and_exit_code_2(tmp_path):
+def test_evaluate_cli_and_bad_input(tmp_path):
+  """The evaluate CLI scores a checkpoint and its SavedModel alike; bad input is one line, exit code 2."""
   trained = tmp_path / "trained"
   train.train_and_evaluate(smoke_config(**{"train.num_steps": 2}), str(trained))
+  evaluations = {
+      "checkpoint": start_cli("triplet.evaluate", [f"--workdir={trained}"]),
+      "saved_model": start_cli("triplet.evaluate", [f"--workdir={trained}",
+                                                    f"--saved_model={trained / 'saved_model'}",
+                                                    f"--roc_png={tmp_path / 'roc.png'}"]),
+  }
   cases = bad_inputs(tmp_path)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   processes = {}
   for case, (module, args, _) in cases.items():
     workdir = [] if any(a.startswith("--workdir") for a in args) else [
         f"--workdir={tmp_path / 'runs' / case.replace(' ', '_')}"]
-    processes[case] = subprocess.Popen(
-        [sys.executable, "-m", module, "--config=configs/triplet.py:smoke"] + workdir + args,
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    processes[case] = start_cli(module, workdir + args)
+
+  scores = {}
+  for source, process in evaluations.items():
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-2000:]
+    scores[source] = json.loads(stdout[stdout.index("{"):])
+  assert scores["checkpoint"].keys() == scores["saved_model"].keys()
+  for name, value in scores["checkpoint"].items():
+    assert scores["saved_model"][name] == pytest.approx(value, abs=1e-5), name
+  for png in (trained / "roc.png", tmp_path / "roc.png"):
+    with Image.open(png) as image:
+      assert image.format == "PNG"
+
   for case, process in processes.items():
     _, stderr = process.communicate(timeout=600)
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
