@@ -52,7 +52,8 @@ def list_identities(root, skip_bad_files=False):
   candidates, non_images = {}, []
   for name in names:
     directory = os.path.join(root, name)
-    files = sorted(os.path.join(directory, f) for f in os.listdir(directory) if not f.startswith("."))
+    files = sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                   if not f.startswith(".") and os.path.isfile(os.path.join(directory, f)))
     candidates[name] = [f for f in files if f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
     non_images += [f for f in files if not f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
   if non_images and not skip_bad_files:
