@@ -28,6 +28,8 @@ from common import config as config_lib
 from common import diagnostics
 from common import hardware
 from common import summaries as summaries_lib
+from common.errors import CheckpointError
+from common.errors import ConfigError
 
 
 class TrainingInterrupted(Exception):
@@ -69,15 +71,42 @@ def prepare_run(config, workdir):
 
 
 def make_optimizer(opt_cfg, mixed_precision, learning_rate=None):
-  """Adam with exponential decay and global-norm clipping, inside a LossScaleOptimizer.
+  """Adam with exponential decay, inside a LossScaleOptimizer.
 
   learning_rate overrides opt_cfg.learning_rate (a second fine-tuning phase, say).
   """
   schedule = keras.optimizers.schedules.ExponentialDecay(
       learning_rate if learning_rate is not None else opt_cfg.learning_rate,
       decay_steps=opt_cfg.decay_steps, decay_rate=opt_cfg.decay_rate, staircase=opt_cfg.staircase)
-  inner = keras.optimizers.Adam(schedule, global_clipnorm=opt_cfg.clipnorm or None)
+  inner = keras.optimizers.Adam(schedule)  # clipping is the train step's (make_train_step)
   return keras.optimizers.LossScaleOptimizer(inner, initial_scale=2.0**15 if mixed_precision else 1.0)
+
+
+def checkpoint_dir(workdir):
+  return os.path.join(workdir, "checkpoints")
+
+
+def restore_model(model, workdir):
+  """Loads the model's weights from the newest checkpoint in workdir (for evaluation); returns its path."""
+  latest = tf.train.latest_checkpoint(checkpoint_dir(workdir))
+  if latest is None:
+    raise CheckpointError(f"no checkpoint in {checkpoint_dir(workdir)}")
+  _restore(tf.train.Checkpoint(model=model), latest, partial=True)
+  return latest
+
+
+def _restore(checkpoint, path, partial):
+  """Restores, turning a mismatch (another model or config) into one CheckpointError line."""
+  try:
+    status = checkpoint.restore(path)
+    if partial:
+      status.expect_partial()
+    status.assert_existing_objects_matched()
+  except (AssertionError, ValueError, tf.errors.OpError) as e:
+    first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise CheckpointError(
+        f"checkpoint {path} does not match this model and config ({first_line}); "
+        "use another --workdir, or the config the checkpoint was trained with") from None
 
 
 def batch_norm_statistics(model):
@@ -86,13 +115,18 @@ def batch_norm_statistics(model):
           if v.path.endswith(("moving_mean", "moving_variance"))]
 
 
-def make_train_step(model, optimizer, loss_fn, strategy, jit_compile=False):
-  """The compiled step: (distributed batch) -> metrics, updating model and optimizer in place."""
+def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False):
+  """The compiled step: (distributed batch) -> metrics, updating model and optimizer in place.
+
+  Clipping by global norm happens here, on the gradient summed over replicas:
+  Keras' own clipnorm would clip each replica's part separately.
+  """
   variables = model.trainable_variables
   statistics = batch_norm_statistics(model)
   replicas = strategy.num_replicas_in_sync
 
   def replica_step(batch):
+    context = tf.distribute.get_replica_context()
     saved_statistics = [tf.identity(v) for v in statistics]
     with tf.GradientTape() as tape:
       loss, metrics = loss_fn(model, batch, True)
@@ -100,18 +134,25 @@ def make_train_step(model, optimizer, loss_fn, strategy, jit_compile=False):
       total = loss + regularization
       scaled = optimizer.scale_loss(total / replicas)
     grads = tape.gradient(scaled, variables)
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])
-    finite = tf.logical_and(finite, tf.math.is_finite(total))
-    nonfinite_replicas = tf.distribute.get_replica_context().all_reduce(
-        tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32))
-    all_finite = tf.equal(nonfinite_replicas, 0.0)
+    if replicas > 1:
+      grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    finite = tf.logical_and(tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads]),
+                            tf.math.is_finite(total))
+    all_finite = tf.equal(
+        context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32)), 0.0)
     scale = tf.cast(optimizer.dynamic_scale, tf.float32)
-    grad_norm = tf.linalg.global_norm([g for g in grads if g is not None]) * replicas / scale
+    # Gradients are still multiplied by the loss scale, and so is the clipping threshold.
+    if clipnorm:
+      grads, scaled_norm = tf.clip_by_global_norm(grads, clipnorm * scale)
+    else:
+      scaled_norm = tf.linalg.global_norm(grads)
+    if replicas > 1:
+      grads = [g / replicas for g in grads]  # the optimizer sums the replicas' gradients again
     optimizer.apply(grads, variables)
     for variable, saved in zip(statistics, saved_statistics):
       variable.assign(tf.where(all_finite, variable, saved))
     out = {"loss": loss, "regularization": tf.cast(regularization, tf.float32),
-           "grad_norm": tf.where(all_finite, grad_norm, 0.0),
+           "grad_norm": tf.where(all_finite, scaled_norm / scale, 0.0),
            "finite": tf.cast(all_finite, tf.float32), "loss_scale": scale}
     out.update(metrics)
     return out
@@ -125,8 +166,20 @@ def make_train_step(model, optimizer, loss_fn, strategy, jit_compile=False):
   return train_step
 
 
-def first_replica(batch, strategy):
-  return tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0], batch)
+def distribute_batch(batch, strategy):
+  """Splits a host batch across the replicas.
+
+  The loop iterates the plain dataset rather than a distributed one because
+  only a plain iterator can be checkpointed (a DistributedIterator cannot).
+  """
+  replicas = strategy.num_replicas_in_sync
+  if replicas == 1:
+    return batch
+
+  def replica_value(context):
+    return tf.nest.map_structure(lambda t: tf.split(t, replicas)[context.replica_id_in_sync_group], batch)
+
+  return strategy.experimental_distribute_values_from_function(replica_value)
 
 
 def write_json(path, payload):
@@ -180,7 +233,10 @@ class _Run:
     self.total_steps = sum(p.num_steps for p in phases)
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     self.nonfinite_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
-    self.iterator = iter(strategy.experimental_distribute_dataset(train_dataset))
+    if config.train.batch_size % strategy.num_replicas_in_sync:
+      raise ConfigError(f"train.batch_size={config.train.batch_size} is not divisible by the "
+                        f"{strategy.num_replicas_in_sync} replicas")
+    self.iterator = iter(train_dataset)
     self.train_summaries = summaries_lib.SummaryBudget(os.path.join(workdir, "train"), config.summaries)
     self.eval_summaries = summaries_lib.SummaryBudget(os.path.join(workdir, "eval"), config.summaries)
     self.last_eval = {}
@@ -192,7 +248,7 @@ class _Run:
         model=model, step=self.step, nonfinite_steps=self.nonfinite_steps, iterator=self.iterator,
         **{f"optimizer_{p.name}": p.optimizer for p in phases})
     self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(workdir, "checkpoints"), max_to_keep=config.train.keep_checkpoints)
+        self.checkpoint, checkpoint_dir(workdir), max_to_keep=config.train.keep_checkpoints)
 
   def _build_optimizers(self):
     # Optimizer slots must exist, inside the strategy scope, before a restore or the first step.
@@ -205,7 +261,7 @@ class _Run:
   def restore(self):
     latest = self.manager.latest_checkpoint
     if latest:
-      self.checkpoint.restore(latest).assert_existing_objects_matched()
+      _restore(self.checkpoint, latest, partial=False)
       logging.info("resuming from %s at step %d", latest, int(self.step))
     else:
       logging.info("no checkpoint in %s: starting at step 0", self.manager.directory)
@@ -254,11 +310,12 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
     phase.prepare()
   logging.info("phase '%s': steps %d to %d, %d trainable variables", phase.name,
                phase_end - phase.num_steps, phase_end, len(run.model.trainable_variables))
-  train_step = make_train_step(run.model, phase.optimizer, loss_fn, run.strategy, config.train.jit_compile)
+  train_step = make_train_step(run.model, phase.optimizer, loss_fn, run.strategy,
+                               config.optimizer.clipnorm, config.train.jit_compile)
   window = _Window(run.model.trainable_variables)
   while int(run.step) < phase_end:
     batch = next(run.iterator)
-    metrics = {k: float(v) for k, v in train_step(batch).items()}
+    metrics = {k: float(v) for k, v in train_step(distribute_batch(batch, run.strategy)).items()}
     run.step.assign_add(1)
     step = int(run.step)
     watchdog.beat(step)
@@ -290,15 +347,14 @@ def _count_nonfinite(run, metrics, batch, loss_fn):
   logging.warning("step %d: loss or gradients not finite (loss %s); step skipped, weights unchanged",
                   step, metrics["loss"])
   if run.consecutive_nonfinite >= run.config.train.max_consecutive_nonfinite:
-    inputs = first_replica(batch, run.strategy)
     model = run.model
 
     def loss_and_grads():
       with tf.GradientTape() as tape:
-        loss, _ = loss_fn(model, inputs, True)
+        loss, _ = loss_fn(model, batch, True)
       return loss, tape.gradient(loss, model.trainable_variables)
 
-    report = diagnostics.locate_nonfinite(model, inputs[0], loss_and_grads)
+    report = diagnostics.locate_nonfinite(model, batch[0], loss_and_grads)
     run.save()
     raise TrainingDiverged(
         f"{run.consecutive_nonfinite} non-finite steps in a row, the last at step {step}: {report}; "
@@ -359,13 +415,10 @@ def _write_heavy_summaries(run, step, batch):
   """Images, histograms and activation statistics: each only at its cadence, never in the step."""
   cfg = run.config.summaries
   budget = run.train_summaries
-  inputs = None
   if run.image_summaries_fn and budget.images_due(step):
-    inputs = first_replica(batch, run.strategy)
-    budget.write_images(step, run.image_summaries_fn(run.model, inputs))
+    budget.write_images(step, run.image_summaries_fn(run.model, batch))
   if cfg.activation_stats and budget.scalars_due(step):
-    inputs = inputs or first_replica(batch, run.strategy)
-    stats = diagnostics.activation_statistics(run.probe, inputs[0])
+    stats = diagnostics.activation_statistics(run.probe, batch[0])
     budget.write_scalars(step, {f"activations/{name}/{kind}": value
                                 for name, (mean, var) in stats.items()
                                 for kind, value in (("mean", mean), ("variance", var))})
@@ -373,8 +426,7 @@ def _write_heavy_summaries(run, step, batch):
     tensors = summaries_lib.select_histogram_variables(run.model.variables, cfg.histograms,
                                                        cfg.bias_histograms)
     if cfg.activation_histograms:
-      inputs = inputs or first_replica(batch, run.strategy)
-      outputs = run.probe(inputs[0], training=False)
+      outputs = run.probe(batch[0], training=False)
       tensors.update({f"activations/{name}": value for name, value in outputs.items()})
     budget.write_histograms(step, tensors)
 

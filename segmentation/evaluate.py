@@ -11,6 +11,7 @@ from absl import logging
 import tensorflow as tf
 
 from common import cli
+from common import train_loop
 from common.errors import CheckpointError
 from segmentation import data as data_lib
 from segmentation import metrics
@@ -26,12 +27,7 @@ def load_for_evaluation(config, workdir, saved_model):
     serve = tf.saved_model.load(saved_model).signatures["serving_default"]
     return lambda images: serve(images=images)["logits"]
   model = train.build_model_from_config(config, config.data.num_classes)
-  checkpoint_dir = os.path.join(workdir, "checkpoints")
-  latest = tf.train.latest_checkpoint(checkpoint_dir)
-  if latest is None:
-    raise CheckpointError(f"no checkpoint in {checkpoint_dir}")
-  tf.train.Checkpoint(model=model).restore(latest).expect_partial()
-  logging.info("evaluating %s", latest)
+  logging.info("evaluating %s", train_loop.restore_model(model, workdir))
   return metrics.make_predict_fn(model)
 
 

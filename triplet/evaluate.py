@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from common import cli
+from common import train_loop
 from common.errors import CheckpointError
 from common.errors import ConfigError
 from triplet import data as data_lib
@@ -122,24 +123,6 @@ def build_embedding_model_from_config(config):
       config.model.weight_decay, config.model.bn_momentum)
 
 
-def restore_checkpoint(model, checkpoint_path):
-  """Restores the model's weights; CheckpointError when they do not fit this model."""
-  try:
-    tf.train.Checkpoint(model=model).restore(checkpoint_path).expect_partial()
-  except (ValueError, tf.errors.InvalidArgumentError) as e:
-    reason = str(e).strip().splitlines()[0]
-    raise CheckpointError(f"{checkpoint_path}: does not fit the model of this config "
-                          f"(model.embedding_size, model.widths): {reason}") from None
-
-
-def latest_checkpoint(workdir):
-  checkpoint_dir = os.path.join(workdir, "checkpoints")
-  latest = tf.train.latest_checkpoint(checkpoint_dir)
-  if latest is None:
-    raise CheckpointError(f"no checkpoint in {checkpoint_dir}")
-  return latest
-
-
 def load_embed_fn(config, workdir, saved_model):
   """(embed_fn, takes_uint8) from a SavedModel, or from the newest checkpoint in workdir."""
   if saved_model:
@@ -148,9 +131,7 @@ def load_embed_fn(config, workdir, saved_model):
     serve = tf.saved_model.load(saved_model).signatures["serving_default"]
     return (lambda images: serve(images=images)["embeddings"]), True
   model = build_embedding_model_from_config(config)
-  latest = latest_checkpoint(workdir)
-  restore_checkpoint(model, latest)
-  logging.info("evaluating %s", latest)
+  logging.info("evaluating %s", train_loop.restore_model(model, workdir))
   return make_embed_fn(model), False
 
 

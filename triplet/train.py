@@ -125,20 +125,13 @@ def evaluate_before_training(evaluate_fn, model, workdir):
   """The metrics of the untrained model, computed once per workdir (a resumed run reads them back)."""
   path = os.path.join(workdir, "initial_eval.json")
   if not os.path.exists(path):
-    if tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")):
+    if tf.train.latest_checkpoint(train_loop.checkpoint_dir(workdir)):
       return {}
     results = evaluate_fn(model)
     train_loop.write_json(path, results)
     logging.info("before training: %s", "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
   with open(path) as f:
     return json.load(f)
-
-
-def check_resumable(model, workdir):
-  """A checkpoint in workdir of another model (another embedding size) is one clear error."""
-  latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
-  if latest:
-    evaluate_lib.restore_checkpoint(model, latest)
 
 
 def export_model(embedding_model, path, data_config):
@@ -178,7 +171,6 @@ def train_and_evaluate(config, workdir):
     model = build_training_model(config, embedding_model, len(identities))
     optimizer = train_loop.make_optimizer(config.optimizer, config.mixed_precision)
   logging.info("model: %d parameters; loss %s", model.count_params(), config.loss.name)
-  check_resumable(model, workdir)
   evaluate_fn = make_evaluate_fn(config, embedding_model, model, eval_data, identities)
   initial = evaluate_before_training(evaluate_fn, model, workdir)
   loss_fn = (softmax_loss_fn if config.loss.name == SOFTMAX else

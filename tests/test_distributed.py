@@ -1,0 +1,60 @@
+"""tf.distribute: the loop on two replicas (two logical CPUs) matches one device at the same global batch."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Logical devices must be configured before TensorFlow initializes, hence a fresh process.
+SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    from common import config as config_lib
+    from common import train_loop
+
+    def run(strategy, workdir):
+      config = config_lib.base_config()
+      config.train.num_steps = 5
+      config.train.batch_size = 8
+      config.train.log_every = 5
+      config.optimizer.learning_rate = 0.05
+      keras.utils.set_random_seed(0)
+      with strategy.scope():
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(8, activation="relu", kernel_regularizer=keras.regularizers.L2(1e-3))(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(3)(hidden))
+        optimizer = train_loop.make_optimizer(config.optimizer, False)
+      data = tf.data.Dataset.range(1000).map(
+          lambda i: (tf.random.stateless_normal([6], [i, 0]), tf.cast(i % 3, tf.int32))).batch(8)
+
+      def loss_fn(model, batch, training):
+        x, y = batch
+        per_example = keras.losses.sparse_categorical_crossentropy(y, model(x, training=training),
+                                                                   from_logits=True)
+        return tf.reduce_mean(per_example), {}
+
+      train_loop.train(config, workdir, strategy=strategy, model=model, train_dataset=data,
+                       loss_fn=loss_fn, phases=[train_loop.Phase("train", 5, optimizer)])
+      return [np.array(v) for v in model.trainable_variables]
+
+    one = run(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1] + "/one")
+    two = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), sys.argv[1] + "/two")
+    print("RESULT", max(float(np.max(np.abs(a - b))) for a, b in zip(one, two)))
+""")
+
+
+@pytest.mark.slow
+def test_two_replicas_match_one_device(tmp_path):
+  # Clipping is on (optimizer.clipnorm=1.0): it must see the gradient of the whole batch.
+  result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, cwd=REPO_ROOT)
+  lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
+  assert lines, result.stderr[-3000:]
+  assert float(lines[0].split()[1]) < 1e-5
