@@ -30,6 +30,7 @@ from common import hardware
 from common import summaries as summaries_lib
 from common.errors import CheckpointError
 from common.errors import ConfigError
+from common.errors import DataError
 
 
 class TrainingInterrupted(Exception):
@@ -314,7 +315,9 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
                                config.optimizer.clipnorm, config.train.jit_compile)
   window = _Window(run.model.trainable_variables)
   while int(run.step) < phase_end:
-    batch = next(run.iterator)
+    batch = next(run.iterator, None)
+    if batch is None:
+      raise DataError(f"the training dataset ended at step {int(run.step)}; it must repeat (.repeat())")
     metrics = {k: float(v) for k, v in train_step(distribute_batch(batch, run.strategy)).items()}
     run.step.assign_add(1)
     step = int(run.step)
