@@ -42,7 +42,6 @@ _END_POINT_LAYERS = {
     "Logits": "Logits.Logits",
     "AuxLogits": "AuxLogits.Aux_logits",
 }
-_BATCH_NORM_MOMENTUM = 0.9997
 _BATCH_NORM_EPSILON = 1e-3
 
 
@@ -79,7 +78,7 @@ def end_point(model, name):
 def inception_v4(num_classes=1001, input_shape=(299, 299, 3), aux_logits=True,
                  dropout_rate=0.2, weight_decay=4e-5, include_top=True,
                  hidden_units=0, hidden_l2=0.0, hidden_dropout_rate=0.0,
-                 logits_stddev=None, name=SCOPE):
+                 logits_stddev=None, batch_norm_decay=0.9997, name=SCOPE):
   """Builds Inception V4; outputs logits, or [logits, aux_logits] with the aux head.
 
   Args:
@@ -97,10 +96,13 @@ def inception_v4(num_classes=1001, input_shape=(299, 299, 3), aux_logits=True,
     hidden_dropout_rate: dropout after the hidden layer.
     logits_stddev: if set, logits kernels start from a truncated normal of this
       stddev; None keeps TF-Slim's Glorot uniform.
+    batch_norm_decay: momentum of the BatchNorm moving statistics (TF-Slim's
+      inception_arg_scope batch_norm_decay).
     name: Keras model name.
   """
   _check_input_shape(input_shape, aux_logits and include_top)
-  conv = functools.partial(_conv_bn_relu, regularizer=_slim_l2(weight_decay))
+  conv = functools.partial(_conv_bn_relu, regularizer=_slim_l2(weight_decay),
+                           batch_norm_decay=batch_norm_decay)
   inputs = keras.Input(shape=input_shape, name="images")
   net = _stem(inputs, conv)
   for index in range(4):
@@ -148,14 +150,15 @@ def _logits_initializer(stddev):
   return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-def _conv_bn_relu(x, filters, kernel_size, scope, *, regularizer, strides=1, padding="same"):
+def _conv_bn_relu(x, filters, kernel_size, scope, *, regularizer, batch_norm_decay, strides=1,
+                  padding="same"):
   # Slim's variance_scaling_initializer() default: He, fan-in, truncated normal.
   x = layers.Conv2D(
       filters, kernel_size, strides=strides, padding=padding, use_bias=False,
       kernel_initializer=keras.initializers.VarianceScaling(2.0, "fan_in", "truncated_normal"),
       kernel_regularizer=regularizer, name=_layer_name(scope))(x)
   x = layers.BatchNormalization(
-      momentum=_BATCH_NORM_MOMENTUM, epsilon=_BATCH_NORM_EPSILON, scale=False,
+      momentum=batch_norm_decay, epsilon=_BATCH_NORM_EPSILON, scale=False,
       name=_layer_name(f"{scope}/BatchNorm"))(x)
   return layers.ReLU(name=_layer_name(f"{scope}/Relu"))(x)
 

@@ -82,6 +82,14 @@ def read_variable_shapes(path):
   return reader, reader.get_variable_to_shape_map()
 
 
+def check_slim_checkpoint(checkpoint_path):
+  """Resolves a checkpoint path and checks that it holds TF-Slim InceptionV4 variables; returns the path."""
+  path = resolve_checkpoint(checkpoint_path)
+  _, shapes = read_variable_shapes(path)
+  _check_network(path, shapes)
+  return path
+
+
 def restore(model, checkpoint_path, exclude_scopes=(), ignore_missing_vars=False):
   """Assigns the model's variables from a TF-Slim checkpoint; returns a RestoreReport.
 

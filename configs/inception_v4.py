@@ -1,0 +1,95 @@
+"""Inception V4 fine-tuning config: `--config=configs/inception_v4.py[:preset]`.
+
+The slim-style keys sit at the top level under TF-Slim's flag names:
+`--config.checkpoint_path=.../inception_v4.ckpt`, `checkpoint_exclude_scopes`,
+`trainable_scopes`, `ignore_missing_vars`, `label_smoothing` (and
+`data.labels_offset`).
+
+Presets: default (the fine-tuning recipe at 299x299, 120 classes; synthetic
+images unless data.source points at real ones), smoke (seconds on a CPU, for
+tests), gtx960m (mixed precision and a batch that fits a 4 GB card).
+"""
+import ml_collections
+
+from common.config import apply_preset
+from common.config import base_config
+
+
+def get_config(preset=None):
+  config = base_config()
+  # TF-Slim's fine-tuning flags.
+  config.checkpoint_path = ""  # a TF-Slim checkpoint (prefix or directory); "" = random initialization
+  config.checkpoint_exclude_scopes = "InceptionV4/Logits,InceptionV4/AuxLogits"
+  config.trainable_scopes = "InceptionV4/Logits,InceptionV4/AuxLogits"  # phase 1; "" = everything
+  config.ignore_missing_vars = False
+  config.label_smoothing = 0.0
+
+  config.train.batch_size = 32
+  config.train.num_steps = 6000  # both phases
+  config.train.log_every = 50
+  config.train.eval_every = 500
+  config.train.checkpoint_every = 500
+  config.optimizer.learning_rate = 1e-4  # phase 1 (the new head)
+  config.optimizer.decay_steps = 1000
+  config.optimizer.decay_rate = 1.0
+  config.optimizer.clipnorm = 5.0
+
+  config.finetune = ml_collections.ConfigDict()
+  config.finetune.head_steps = 2000  # phase 1: trainable_scopes only; phase 2: the rest of train.num_steps
+  config.finetune.learning_rate = 1e-5  # phase 2
+  config.finetune.unfreeze_last_blocks = 4  # phase 2 trains these base blocks too (Mixed_7b..7d and 7a); -1 = all
+  config.finetune.aux_loss_weight = 0.4  # TF-Slim's weight of the aux head's loss
+
+  config.model = ml_collections.ConfigDict()
+  config.model.aux_logits = True  # needs data.image_size >= 107
+  config.model.dropout_rate = 0.2  # before PreLogitsFlatten, as in TF-Slim
+  config.model.weight_decay = 4e-5  # TF-Slim's l2_regularizer scale on the base's kernels
+  config.model.batch_norm_decay = 0.9997  # momentum of the moving statistics, as in TF-Slim
+  config.model.hidden_units = 512  # the new head: a ReLU layer, then dropout, then the logits
+  config.model.hidden_l2 = 1e-4
+  config.model.hidden_dropout_rate = 0.5
+  config.model.logits_stddev = 0.01  # truncated normal initialization of the new logits
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = "synthetic"  # synthetic | folder | csv | tfrecord
+  config.data.num_classes = 120  # 0 = from the data (class folders, CSV names, labels file)
+  config.data.image_size = 299
+  config.data.central_fraction = 0.875  # evaluation crop
+  config.data.augment = True  # False: training images get the evaluation preprocessing
+  config.data.fast_mode = True  # TF-Slim's fast color distortion (brightness, saturation)
+  config.data.eval_batch_size = 32
+  config.data.shuffle_buffer = 1000  # tfrecord source; file lists are shuffled whole
+  config.data.eval_fraction = 0.1  # folder/csv without a separate eval set
+  config.data.skip_bad_files = False
+  config.data.min_class_count = 20  # the class-balance report flags classes under this
+  config.data.oversample_to = 0  # >0: draw each class as though it had at least this many images
+  config.data.train_dir = ""  # folder: one subfolder of images per class (Stanford Dogs' Images/)
+  config.data.eval_dir = ""  # folder: optional, same class subfolders
+  config.data.csv_path = ""  # csv: rows of id,label (the dog-breed labels.csv)
+  config.data.images_dir = ""  # csv: images named <id><image_extension>
+  config.data.image_extension = ".jpg"
+  config.data.train_pattern = ""  # tfrecord: TF-Slim's image/encoded, image/class/label
+  config.data.eval_pattern = ""
+  config.data.labels_file = ""  # TF-Slim's labels.txt (<id>:<name> lines)
+  config.data.labels_offset = 0  # subtracted from TFRecord labels (1 for slim's ImageNet background)
+  config.data.cache_dir = ""  # synthetic images are written here; "" = <workdir>/data
+  config.data.synthetic_images_per_class = 25
+  config.data.synthetic_image_size = 96
+
+  presets = {
+      "default": {},
+      "smoke": {
+          "train.batch_size": 16, "train.num_steps": 60, "finetune.head_steps": 40,
+          "train.log_every": 10, "train.eval_every": 60, "train.checkpoint_every": 60,
+          "summaries.scalars_every": 10, "summaries.images_every": 60,
+          "optimizer.learning_rate": 1e-3, "finetune.learning_rate": 1e-4,
+          "finetune.unfreeze_last_blocks": 1, "model.aux_logits": False,
+          "data.num_classes": 10, "data.image_size": 75, "data.eval_batch_size": 50,
+          "data.synthetic_images_per_class": 20, "data.synthetic_image_size": 64,
+          "data.min_class_count": 5,
+      },
+      "gtx960m": {
+          "mixed_precision": True, "train.batch_size": 16, "data.eval_batch_size": 16,
+      },
+  }
+  return apply_preset(config, presets, preset)

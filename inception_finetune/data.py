@@ -1,0 +1,504 @@
+"""Classification inputs: synthetic classes, class folders, an id,label CSV and TF-Slim TFRecords.
+
+Every source becomes the same two pipelines:
+  train: endless, shuffled with the seed, optionally oversampling rare classes,
+    Inception training distortions seeded per element; yields
+    (float32 images [B, S, S, 3] in [-1, 1], int32 class ids [B]).
+  eval: one pass in order, slim's evaluation preprocessing; same element types
+    (or uint8 images, for a SavedModel that preprocesses inside).
+
+Labels are checked before training starts: a label outside 0..num_classes-1,
+one-hot labels, an unreadable or undecodable image (unless data.skip_bad_files)
+is a DataError naming the file. Class ids map to names through a labels file in
+TF-Slim's format (`<id>:<name>` per line), written to the workdir.
+"""
+import collections
+import csv
+import dataclasses
+import os
+import shutil
+import tempfile
+import zlib
+
+from absl import logging
+import numpy as np
+from PIL import Image
+import tensorflow as tf
+
+from common import data as common_data
+from common.errors import ConfigError
+from common.errors import DataError
+from inception_finetune import preprocessing
+
+SOURCES = ("synthetic", "folder", "csv", "tfrecord")
+LABELS_FILENAME = "labels.txt"
+CLASS_BALANCE_FILENAME = "class_balance.csv"
+
+# TF-Slim's keys (datasets/dataset_utils.image_to_tfexample).
+TFRECORD_FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/format": tf.io.FixedLenFeature([], tf.string, default_value="jpeg"),
+    "image/class/label": tf.io.VarLenFeature(tf.int64),
+}
+# Bump when the synthetic drawing changes, so that cached images are redrawn.
+_SYNTHETIC_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationData:
+  """What the trainer needs from the data.
+
+  Attributes:
+    train: endless dataset of (float32 [B, S, S, 3] in [-1, 1], int32 [B]).
+    eval: one pass of (images [B, S, S, 3], int32 [B]); uint8 of any size with uint8_eval.
+    num_classes: number of classes; ids are 0..num_classes-1.
+    class_names: a name per class id.
+    train_counts: training images per class (int64 [num_classes]).
+    num_eval: images in one pass of `eval`.
+  """
+  train: tf.data.Dataset
+  eval: tf.data.Dataset
+  num_classes: int
+  class_names: tuple
+  train_counts: np.ndarray
+  num_eval: int
+
+
+# A source in a uniform shape: read(seed) -> dataset of (encoded image bytes, int32 label),
+# shuffled and endless with a seed, in order and once with None; counts per class.
+_Source = collections.namedtuple("_Source", ["read", "counts"])
+
+
+def make_datasets(data_cfg, batch_size, seed, workdir=None, uint8_eval=False):
+  """Builds the train and eval pipelines of the configured source.
+
+  Args:
+    data_cfg: the config's `data` section (configs/inception_v4.py).
+    batch_size: training images per batch.
+    seed: seeds synthetic images, shuffles, oversampling and distortions.
+    workdir: where labels.txt, class_balance.csv and synthetic images go.
+    uint8_eval: eval images stay uint8 and unresized (for a SavedModel).
+  """
+  _check_config(data_cfg)
+  class_names, train_source, eval_source = _make_sources(data_cfg, seed, workdir)
+  num_classes = len(class_names)
+  report = class_balance_report(train_source.counts, class_names, data_cfg.min_class_count)
+  for line in report.splitlines():
+    logging.info("%s", line)
+  if workdir:
+    write_labels_file(os.path.join(workdir, LABELS_FILENAME), class_names)
+    write_class_balance(os.path.join(workdir, CLASS_BALANCE_FILENAME), train_source.counts,
+                        class_names, data_cfg.min_class_count)
+  train = _make_train(train_source, data_cfg, batch_size, seed)
+  evaluation = _make_eval(eval_source, data_cfg, uint8_eval)
+  logging.info("classification data: %s, %d train and %d eval images, %d classes", data_cfg.source,
+               train_source.counts.sum(), eval_source.counts.sum(), num_classes)
+  return ClassificationData(train=train, eval=evaluation, num_classes=num_classes,
+                            class_names=tuple(class_names), train_counts=train_source.counts,
+                            num_eval=int(eval_source.counts.sum()))
+
+
+def _check_config(cfg):
+  if cfg.source not in SOURCES:
+    raise ConfigError(f"data.source '{cfg.source}' is unknown; choose one of {', '.join(SOURCES)}")
+  needs_num_classes = cfg.source == "synthetic" or (cfg.source == "tfrecord" and not cfg.labels_file)
+  if cfg.num_classes < 0 or (needs_num_classes and cfg.num_classes < 2):
+    raise ConfigError(f"data.num_classes={cfg.num_classes}: data.source='{cfg.source}' needs "
+                      "2 or more (0 = from the data, for folders, CSVs and labels files)")
+  if not 0 < cfg.eval_fraction < 1:
+    raise ConfigError(f"data.eval_fraction must be in (0, 1), got {cfg.eval_fraction}")
+  for key in ("image_size", "shuffle_buffer", "eval_batch_size"):
+    if cfg[key] < 1:
+      raise ConfigError(f"data.{key} must be >= 1, got {cfg[key]}")
+  if cfg.oversample_to < 0:
+    raise ConfigError(f"data.oversample_to must be >= 0 (0 = off), got {cfg.oversample_to}")
+
+
+def _required(cfg, key):
+  if not cfg[key]:
+    raise ConfigError(f"data.{key} must be set for data.source='{cfg.source}'")
+  return cfg[key]
+
+
+def _make_sources(cfg, seed, workdir):
+  """(class names, train source, eval source) of the configured kind."""
+  if cfg.source == "tfrecord":
+    return _tfrecord_sources(cfg)
+  if cfg.source == "csv":
+    return _csv_sources(cfg)
+  if cfg.source == "synthetic":
+    cache_dir = cfg.cache_dir or (os.path.join(workdir, "data") if workdir else None)
+    if not cache_dir:
+      raise ConfigError("data.cache_dir (or a workdir) is needed to write the synthetic images")
+    train_dir, eval_dir = write_synthetic_classes(
+        cache_dir, seed, cfg.num_classes, cfg.synthetic_images_per_class, cfg.synthetic_image_size)
+    return _folder_sources(train_dir, eval_dir, cfg)
+  return _folder_sources(_required(cfg, "train_dir"), cfg.eval_dir, cfg)
+
+
+# Labels files and the class-balance report.
+
+
+def write_labels_file(path, class_names):
+  """TF-Slim's labels file: one `<id>:<name>` line per class."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    f.writelines(f"{class_id}:{name}\n" for class_id, name in enumerate(class_names))
+
+
+def read_labels_file(path):
+  """Class names by id from a TF-Slim labels file; ids must be 0..N-1 (any order)."""
+  if not os.path.isfile(path):
+    raise DataError(f"{path}: labels file not found")
+  names = {}
+  with open(path) as f:
+    for line_number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      class_id, sep, name = line.rstrip("\n").partition(":")
+      if not sep or not class_id.strip().isdigit() or not name:
+        raise DataError(f"{path}:{line_number}: expected '<id>:<name>', got {line.strip()!r}")
+      names[int(class_id)] = name
+  if sorted(names) != list(range(len(names))):
+    missing = sorted(set(range(max(names, default=-1) + 1)) - set(names))
+    raise DataError(f"{path}: class ids must be 0..{len(names) - 1}; id {missing[0]} is missing")
+  return [names[i] for i in range(len(names))]
+
+
+def class_balance_report(counts, class_names, min_count):
+  """Lines for the log: the spread of images per class and every class under min_count."""
+  counts = np.asarray(counts)
+  lines = [f"class balance: {len(counts)} classes, {counts.min()} to {counts.max()} training "
+           f"images per class (median {np.median(counts):g})"]
+  rare = [i for i in np.argsort(counts, kind="stable") if counts[i] < min_count]
+  if rare:
+    lines.append(f"{len(rare)} classes have fewer than {min_count} training images: " +
+                 ", ".join(f"{class_names[i]} ({counts[i]})" for i in rare))
+  return "\n".join(lines)
+
+
+def write_class_balance(path, counts, class_names, min_count):
+  with open(path, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["id", "name", "train_images", "under_min_count"])
+    for class_id, (name, count) in enumerate(zip(class_names, counts)):
+      writer.writerow([class_id, name, int(count), int(count < min_count)])
+
+
+def _count_labels(labels, num_classes):
+  return np.bincount(np.asarray(labels, np.int64), minlength=num_classes)
+
+
+# Sources of image files: class folders, CSV, synthetic classes.
+
+
+def list_class_folders(root):
+  """(class names, [(path, class id)]) of a folder with one subfolder of images per class."""
+  if not os.path.isdir(root):
+    raise DataError(f"{root}: no such directory")
+  names = sorted(name for name in os.listdir(root) if os.path.isdir(os.path.join(root, name)))
+  if not names:
+    raise DataError(f"{root}: no class folders (expected one subfolder of images per class)")
+  examples = []
+  for class_id, name in enumerate(names):
+    paths = common_data.list_files(os.path.join(root, name), common_data.IMAGE_EXTENSIONS)
+    examples.extend((path, class_id) for path in paths)
+  return names, examples
+
+
+def split_by_hash(examples, eval_fraction):
+  """(train, eval): per class, the images whose names hash lowest go to eval (at least one).
+
+  The split depends on file names only, so runs with other seeds evaluate on the same images.
+  """
+  by_class = collections.defaultdict(list)
+  for example in examples:
+    by_class[example[1]].append(example)
+  eval_set = set()
+  for class_examples in by_class.values():
+    if len(class_examples) < 2:
+      continue  # a class with one image trains on it
+    num_eval = min(max(int(round(len(class_examples) * eval_fraction)), 1), len(class_examples) - 1)
+    ranked = sorted(class_examples, key=lambda e: zlib.crc32(os.path.basename(e[0]).encode()))
+    eval_set.update(ranked[:num_eval])
+  return [e for e in examples if e not in eval_set], [e for e in examples if e in eval_set]
+
+
+def _folder_sources(train_dir, eval_dir, cfg):
+  class_names, examples = list_class_folders(train_dir)
+  if eval_dir:
+    eval_names, eval_examples = list_class_folders(eval_dir)
+    if eval_names != class_names:
+      extra = sorted(set(eval_names) ^ set(class_names))
+      raise DataError(f"{eval_dir}: class folders differ from {train_dir}'s (e.g. {extra[0]})")
+  else:
+    examples, eval_examples = split_by_hash(examples, cfg.eval_fraction)
+  class_names = _check_num_classes(cfg, class_names, train_dir)
+  return (class_names, _files_source(examples, len(class_names), cfg.skip_bad_files),
+          _files_source(eval_examples, len(class_names), cfg.skip_bad_files))
+
+
+def _check_num_classes(cfg, class_names, where):
+  if cfg.num_classes and cfg.num_classes != len(class_names):
+    raise ConfigError(f"data.num_classes={cfg.num_classes}, but {where} has {len(class_names)} "
+                      "classes; set data.num_classes to match (0 = take it from the data)")
+  return class_names
+
+
+def read_label_csv(path, images_dir, extension):
+  """[(image path, label string)] of a CSV of `id,label` rows (a header starting with 'id' is skipped).
+
+  The image of id X is <images_dir>/X<extension>, as in the dog-breed labels.csv.
+  """
+  if not os.path.isfile(path):
+    raise DataError(f"{path}: no such file")
+  rows = []
+  with open(path, newline="") as f:
+    for line_number, row in enumerate(csv.reader(f), start=1):
+      if not row:
+        continue
+      if len(row) != 2:
+        one_hot = " (one-hot columns are not labels)" if len(row) > 2 else ""
+        raise DataError(f"{path}:{line_number}: {len(row)} columns; expected 'id,label' with one "
+                        f"class name or id per image{one_hot}")
+      if line_number == 1 and row[0].strip().lower() == "id":
+        continue
+      image_id, label = (field.strip() for field in row)
+      rows.append((os.path.join(images_dir, image_id + extension), label))
+  if not rows:
+    raise DataError(f"{path}: no rows")
+  return rows
+
+
+def labels_to_ids(labels, class_names, num_classes, where):
+  """Label strings -> (class names, ids): names of `class_names`, or integer ids.
+
+  Without class_names, integer labels are ids (0..num_classes-1) and any other
+  labels are names, numbered in sorted order.
+  """
+  if not class_names and not all(_is_int(label) for label in labels):
+    class_names = sorted(set(labels))
+  if class_names:
+    index = {name: i for i, name in enumerate(class_names)}
+    ids = []
+    for row, label in enumerate(labels):
+      if label not in index and not _is_int(label):
+        raise DataError(f"{where}: label '{label}' (row {row + 1}) is not a class of the labels file")
+      ids.append(index[label] if label in index else int(label))
+    num_classes = len(class_names)
+  else:
+    ids = [int(label) for label in labels]
+    class_names = [str(i) for i in range(num_classes)]
+  for row, class_id in enumerate(ids):
+    check_label(class_id, num_classes, f"{where} (row {row + 1})")
+  return class_names, ids
+
+
+def check_label(class_id, num_classes, where):
+  if not 0 <= class_id < num_classes:
+    raise DataError(f"{where}: label {class_id} is out of range; expected 0..{num_classes - 1}")
+
+
+def _is_int(text):
+  return text.lstrip("-").isdigit()
+
+
+def _csv_sources(cfg):
+  path = _required(cfg, "csv_path")
+  rows = read_label_csv(path, _required(cfg, "images_dir"), cfg.image_extension)
+  given_names = read_labels_file(cfg.labels_file) if cfg.labels_file else None
+  if not given_names and cfg.num_classes < 2 and all(_is_int(label) for _, label in rows):
+    raise ConfigError(f"{path} has integer labels: set data.num_classes or data.labels_file")
+  class_names, ids = labels_to_ids([label for _, label in rows], given_names, cfg.num_classes, path)
+  class_names = _check_num_classes(cfg, class_names, path)
+  examples = [(image, class_id) for (image, _), class_id in zip(rows, ids)]
+  train, evaluation = split_by_hash(examples, cfg.eval_fraction)
+  return (class_names, _files_source(train, len(class_names), cfg.skip_bad_files),
+          _files_source(evaluation, len(class_names), cfg.skip_bad_files))
+
+
+def _files_source(examples, num_classes, skip_bad_files):
+  """A source of image files, every one decoded up front (corrupt ones named or skipped)."""
+  if not examples:
+    raise DataError("no images for this split")
+  label_of = dict(examples)
+  paths, _ = common_data.check_images([path for path, _ in examples], skip_bad_files)
+  labels = [label_of[path] for path in paths]
+
+  def read(seed):
+    files = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, np.int32)))
+    if seed is not None:
+      files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True).repeat()
+    return files.map(lambda path, label: (tf.io.read_file(path), label),
+                     num_parallel_calls=tf.data.AUTOTUNE)
+
+  return _Source(read, _count_labels(labels, num_classes))
+
+
+def draw_synthetic_image(class_id, num_classes, size, rng):
+  """A procedural uint8 image of a class: its hue and stripe angle, with random phase and noise."""
+  yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+  hue = class_id / num_classes
+  angle = np.pi * ((class_id * 7) % num_classes) / num_classes
+  frequency = 3.0 + (class_id % 3)
+  phase = rng.uniform(0, 2 * np.pi)
+  stripes = 0.5 + 0.5 * np.sin(2 * np.pi * frequency * (xx * np.cos(angle) + yy * np.sin(angle)) + phase)
+  base = np.array([0.5 + 0.5 * np.cos(2 * np.pi * (hue - shift)) for shift in (0, 1 / 3, 2 / 3)])
+  brightness = rng.uniform(0.6, 1.0)
+  image = brightness * (0.35 + 0.65 * stripes[..., None]) * base[None, None, :]
+  image += rng.normal(0, 0.04, image.shape)
+  return np.clip(image * 255, 0, 255).astype(np.uint8)
+
+
+def write_synthetic_classes(cache_dir, seed, num_classes, images_per_class, size):
+  """Writes class folders of synthetic JPEGs once; returns (train_dir, eval_dir).
+
+  A fifth of each class (at least one image) goes to eval. The folder name
+  holds every parameter, so other settings write their own set; a set is
+  written to a temporary folder and renamed, so an interrupted run leaves none.
+  """
+  if images_per_class < 2:
+    raise ConfigError(f"data.synthetic_images_per_class must be >= 2, got {images_per_class}")
+  name = (f"synthetic-classes-v{_SYNTHETIC_VERSION}-seed{seed}-classes{num_classes}-"
+          f"images{images_per_class}-size{size}")
+  root = os.path.join(cache_dir, name)
+  if not os.path.isdir(root):
+    os.makedirs(cache_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir)
+    num_eval = max(images_per_class // 5, 1)
+    for class_id in range(num_classes):
+      rng = np.random.default_rng([seed, class_id])
+      for index in range(images_per_class):
+        split = "eval" if index < num_eval else "train"
+        folder = os.path.join(staging, split, f"class_{class_id:03d}")
+        os.makedirs(folder, exist_ok=True)
+        image = draw_synthetic_image(class_id, num_classes, size, rng)
+        Image.fromarray(image).save(os.path.join(folder, f"{index:04d}.jpg"), quality=90)
+    try:
+      os.rename(staging, root)
+    except OSError:  # another process wrote the same set first
+      shutil.rmtree(staging)
+    logging.info("wrote %d synthetic images of %d classes to %s", num_classes * images_per_class,
+                 num_classes, root)
+  return os.path.join(root, "train"), os.path.join(root, "eval")
+
+
+# TF-Slim TFRecords.
+
+
+def parse_tfrecord(record, labels_offset=0):
+  """A TF-Slim example -> (encoded image bytes, int32 label - labels_offset).
+
+  Labels were checked up front (scan_tfrecord_labels), so there is one per record.
+  """
+  features = tf.io.parse_single_example(record, TFRECORD_FEATURES)
+  label = features["image/class/label"].values[0] - labels_offset
+  return features["image/encoded"], tf.cast(label, tf.int32)
+
+
+def scan_tfrecord_labels(pattern, num_classes, labels_offset=0):
+  """Reads every record's label; returns counts per class.
+
+  Raises DataError naming the file and record for a record without exactly one
+  label (a one-hot vector, say) or with a label outside 0..num_classes-1 after
+  subtracting labels_offset.
+  """
+  counts = np.zeros(num_classes, np.int64)
+  for path in common_data.list_tfrecord_files(pattern):
+    labels = tf.data.TFRecordDataset(path).map(
+        lambda record: tf.io.parse_single_example(
+            record, {"image/class/label": TFRECORD_FEATURES["image/class/label"]})[
+                "image/class/label"].values)
+    try:
+      for index, values in enumerate(labels.as_numpy_iterator()):
+        if len(values) != 1:
+          one_hot = " (one-hot labels?)" if len(values) > 1 else ""
+          raise DataError(f"{path}: record {index} has {len(values)} values in image/class/label"
+                          f"{one_hot}; expected one integer class id")
+        check_label(int(values[0]) - labels_offset, num_classes,
+                    f"{path}: record {index}" + (f" (labels_offset {labels_offset})" if labels_offset else ""))
+        counts[int(values[0]) - labels_offset] += 1
+    except tf.errors.OpError as e:
+      raise DataError(f"{path}: not a readable TFRecord file of tf.train.Examples "
+                      f"({str(e).splitlines()[0]})") from None
+  return counts
+
+
+def _tfrecord_sources(cfg):
+  class_names = read_labels_file(cfg.labels_file) if cfg.labels_file else None
+  num_classes = len(class_names) if class_names else cfg.num_classes
+  if class_names and cfg.num_classes and cfg.num_classes != num_classes:
+    raise ConfigError(f"data.num_classes={cfg.num_classes}, but {cfg.labels_file} names "
+                      f"{num_classes} classes")
+  class_names = class_names or [str(i) for i in range(num_classes)]
+
+  def source(pattern):
+    counts = scan_tfrecord_labels(pattern, num_classes, cfg.labels_offset)
+
+    def read(seed):
+      records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None)
+      if seed is not None:
+        records = records.shuffle(cfg.shuffle_buffer, seed=seed)
+      return records.map(lambda r: parse_tfrecord(r, cfg.labels_offset),
+                         num_parallel_calls=tf.data.AUTOTUNE)
+
+    return _Source(read, counts)
+
+  return (class_names, source(_required(cfg, "train_pattern")),
+          source(_required(cfg, "eval_pattern")))
+
+
+# The pipelines every source shares.
+
+
+def oversampling_acceptance(counts, oversample_to):
+  """Per-class probability of keeping an example so that class c is drawn in proportion
+  to max(count_c, oversample_to): rare classes as though they had oversample_to images."""
+  counts = np.maximum(np.asarray(counts, np.float64), 1)
+  ratio = np.maximum(counts, oversample_to) / counts
+  return (ratio / ratio.max()).astype(np.float32)
+
+
+def _make_train(source, cfg, batch_size, seed):
+  size = cfg.image_size
+  records = source.read(seed).enumerate()
+  if cfg.oversample_to:
+    # Rejection sampling on the endless stream: frequent classes are thinned, so rare
+    # ones come up relatively more often, with no copy of the data.
+    acceptance = tf.constant(oversampling_acceptance(source.counts, cfg.oversample_to))
+
+    def keep(index, example):
+      draw_seed = tf.stack([tf.cast(seed, tf.int64) + 1, index])
+      return tf.random.stateless_uniform([], draw_seed) < tf.gather(acceptance, example[1])
+
+    records = records.filter(keep)
+    logging.info("oversampling: classes drawn as though each had at least %d images",
+                 cfg.oversample_to)
+
+  def preprocess(index, example):
+    contents, label = example
+    image = common_data.decode_image(contents)
+    if not cfg.augment:
+      return preprocessing.preprocess_for_eval(image, size, size, cfg.central_fraction), label
+    element_seed = tf.stack([tf.cast(seed, tf.int64), index])
+    return preprocessing.preprocess_for_train(image, size, size, element_seed,
+                                              fast_mode=cfg.fast_mode), label
+
+  images = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+  if cfg.skip_bad_files:
+    images = images.ignore_errors()  # TFRecords are not decoded up front
+  return images.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def _make_eval(source, cfg, uint8_images):
+  size = cfg.image_size
+
+  def preprocess(contents, label):
+    image = common_data.decode_image(contents)
+    if uint8_images:
+      return image, label
+    return preprocessing.preprocess_for_eval(image, size, size, cfg.central_fraction), label
+
+  images = source.read(None).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+  batch_size = 1 if uint8_images else cfg.eval_batch_size  # uint8 images differ in size
+  return images.batch(batch_size).prefetch(tf.data.AUTOTUNE)

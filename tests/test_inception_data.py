@@ -1,0 +1,227 @@
+"""Classification data: class folders, CSV, TF-Slim TFRecords, labels, balance, oversampling."""
+import os
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+
+from common import data as common_data
+from common.errors import ConfigError
+from common.errors import DataError
+from configs import inception_v4 as config_lib
+from inception_finetune import data as data_lib
+
+SIZE = 16  # small model inputs: the pipelines do not care
+
+
+def data_config(**overrides):
+  cfg = config_lib.get_config("smoke").data
+  cfg.image_size = SIZE
+  cfg.num_classes = 0
+  cfg.eval_batch_size = 4
+  cfg.min_class_count = 3
+  for key, value in overrides.items():
+    cfg[key] = value
+  return cfg
+
+
+def write_image(path, color, size=12):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  Image.fromarray(np.full((size, size + 3, 3), color, np.uint8)).save(path)
+
+
+def write_class_folders(root, counts):
+  """Class i is a solid image of gray level 40 * i, so that labels can be read back from pixels."""
+  for class_id, count in enumerate(counts):
+    for index in range(count):
+      write_image(os.path.join(root, f"breed_{class_id}", f"{class_id}_{index}.jpg"), 40 * class_id)
+  return str(root)
+
+
+def first_batch(dataset):
+  images, labels = next(iter(dataset))
+  return images.numpy(), labels.numpy()
+
+
+def all_labels(dataset):
+  return np.concatenate([labels.numpy() for _, labels in dataset])
+
+
+def test_class_folders_give_normalized_batches_and_a_labels_file(tmp_path):
+  root = write_class_folders(tmp_path / "images", [6, 5, 4])
+  data = data_lib.make_datasets(data_config(source="folder", train_dir=root, min_class_count=4), 8,
+                                seed=0, workdir=str(tmp_path / "run"))
+  assert data.class_names == ("breed_0", "breed_1", "breed_2")
+  images, labels = first_batch(data.train)
+  assert images.shape == (8, SIZE, SIZE, 3) and images.dtype == np.float32
+  assert labels.dtype == np.int32 and set(labels) <= {0, 1, 2}
+  assert images.min() >= -1 and images.max() <= 1
+  # Every class holds out at least one image; train + eval = all images.
+  eval_labels = all_labels(data.eval)
+  assert sorted(set(eval_labels)) == [0, 1, 2] and len(eval_labels) == data.num_eval
+  assert data.train_counts.sum() + data.num_eval == 15
+  labels_file = tmp_path / "run" / data_lib.LABELS_FILENAME
+  assert labels_file.read_text() == "0:breed_0\n1:breed_1\n2:breed_2\n"
+  assert data_lib.read_labels_file(str(labels_file)) == list(data.class_names)
+  np.testing.assert_array_equal(data.train_counts, [5, 4, 3])
+  balance = (tmp_path / "run" / data_lib.CLASS_BALANCE_FILENAME).read_text().splitlines()
+  assert balance == ["id,name,train_images,under_min_count", "0,breed_0,5,0", "1,breed_1,4,0",
+                     "2,breed_2,3,1"]
+
+
+def test_eval_images_keep_their_labels_and_the_split_is_stable(tmp_path):
+  root = write_class_folders(tmp_path / "images", [5, 5])
+  cfg = data_config(source="folder", train_dir=root, central_fraction=1.0)
+  first = data_lib.make_datasets(cfg, 4, seed=0)
+  second = data_lib.make_datasets(cfg, 4, seed=1)
+  for images, labels in first.eval:
+    gray = (images.numpy().mean(axis=(1, 2, 3)) + 1) / 2 * 255
+    np.testing.assert_allclose(gray, 40 * labels.numpy(), atol=3)  # JPEG rounding
+  np.testing.assert_array_equal(all_labels(first.eval), all_labels(second.eval))
+
+
+def test_train_batches_are_reproducible_for_a_seed(tmp_path):
+  root = write_class_folders(tmp_path / "images", [6, 6])
+  cfg = data_config(source="folder", train_dir=root, fast_mode=False)
+  a, b, c = (first_batch(data_lib.make_datasets(cfg, 8, seed).train) for seed in (3, 3, 4))
+  np.testing.assert_array_equal(a[0], b[0])
+  np.testing.assert_array_equal(a[1], b[1])
+  assert not np.array_equal(a[0], c[0])
+
+
+def write_csv(path, lines):
+  path.write_text("\n".join(lines) + "\n")
+  return str(path)
+
+
+def test_csv_of_ids_and_breed_names(tmp_path):
+  images = tmp_path / "train"
+  rows = ["id,breed"]
+  for index, breed in enumerate(["pug", "beagle", "pug", "akita", "beagle", "pug", "akita", "beagle"]):
+    write_image(str(images / f"img{index}.jpg"), 30 * index)
+    rows.append(f"img{index},{breed}")
+  cfg = data_config(source="csv", csv_path=write_csv(tmp_path / "labels.csv", rows),
+                    images_dir=str(images))
+  data = data_lib.make_datasets(cfg, 4, seed=0)
+  assert data.class_names == ("akita", "beagle", "pug")
+  assert data.train_counts.sum() + data.num_eval == 8
+  assert set(all_labels(data.eval)) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("rows, labels_file, expected", [
+    (["id,affenpinscher,afghan_hound", "img0,1,0"], None,
+     r"labels.csv:1: 3 columns; expected 'id,label'.*\(one-hot columns are not labels\)"),
+    (["img0,pug", "img1,corgi"], "0:pug\n1:beagle\n", r"labels.csv: label 'corgi' \(row 2\) is not a class"),
+    (["img0,0", "img1,5"], "0:pug\n1:beagle\n", r"labels.csv \(row 2\): label 5 is out of range; expected 0..1"),
+])
+def test_bad_csv_labels_are_named(tmp_path, rows, labels_file, expected):
+  for index in range(2):
+    write_image(str(tmp_path / f"img{index}.jpg"), 0)
+  cfg = data_config(source="csv", csv_path=write_csv(tmp_path / "labels.csv", rows),
+                    images_dir=str(tmp_path))
+  if labels_file:
+    (tmp_path / "labels.txt").write_text(labels_file)
+    cfg.labels_file = str(tmp_path / "labels.txt")
+  with pytest.raises(DataError, match=expected):
+    data_lib.make_datasets(cfg, 2, seed=0)
+
+
+def write_slim_tfrecords(prefix, labels, label_values=None):
+  """TF-Slim's image_to_tfexample records; label_values overrides the label lists."""
+  records = []
+  for index, label in enumerate(labels):
+    encoded = tf.io.encode_jpeg(np.full((10, 10, 3), 20 * index, np.uint8)).numpy()
+    values = label_values[index] if label_values else [label]
+    records.append(common_data.make_example({
+        "image/encoded": common_data.bytes_feature(encoded),
+        "image/format": common_data.bytes_feature(b"jpeg"),
+        "image/class/label": common_data.int64_feature(list(values)),
+        "image/height": common_data.int64_feature(10),
+        "image/width": common_data.int64_feature(10),
+    }))
+  common_data.write_tfrecord_shards(records, str(prefix), 2)
+  return f"{prefix}-*.tfrecord"
+
+
+def test_slim_tfrecords_with_labels_offset_and_labels_file(tmp_path):
+  # Slim's ImageNet style: class 0 is "background", so real classes start at 1.
+  train = write_slim_tfrecords(tmp_path / "train", [1, 2, 3, 1, 2, 3, 1])
+  evaluation = write_slim_tfrecords(tmp_path / "eval", [3, 2, 1])
+  (tmp_path / "labels.txt").write_text("0:pug\n1:beagle\n2:akita\n")
+  cfg = data_config(source="tfrecord", train_pattern=train, eval_pattern=evaluation,
+                    labels_file=str(tmp_path / "labels.txt"), labels_offset=1)
+  data = data_lib.make_datasets(cfg, 4, seed=0)
+  assert data.class_names == ("pug", "beagle", "akita")
+  np.testing.assert_array_equal(data.train_counts, [3, 2, 2])
+  np.testing.assert_array_equal(np.sort(all_labels(data.eval)), [0, 1, 2])
+  images, labels = first_batch(data.train)
+  assert images.shape == (4, SIZE, SIZE, 3) and set(labels) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("labels, label_values, expected", [
+    ([0, 7], None, r"train-00001-of-00002.tfrecord: record 0: label 7 is out of range; expected 0..2"),
+    ([0, 0], [[0], [0, 1, 0]], r"record 0 has 3 values in image/class/label \(one-hot labels\?\)"),
+])
+def test_bad_tfrecord_labels_are_named(tmp_path, labels, label_values, expected):
+  pattern = write_slim_tfrecords(tmp_path / "train", labels, label_values)
+  cfg = data_config(source="tfrecord", train_pattern=pattern, eval_pattern=pattern, num_classes=3)
+  with pytest.raises(DataError, match=expected):
+    data_lib.make_datasets(cfg, 2, seed=0)
+
+
+def test_corrupt_image_is_named_or_skipped(tmp_path):
+  root = write_class_folders(tmp_path / "images", [4, 4])
+  broken = tmp_path / "images" / "breed_1" / "broken.jpg"
+  broken.write_bytes(b"\xff\xd8 not really a jpeg")
+  cfg = data_config(source="folder", train_dir=root)
+  with pytest.raises(DataError, match="broken.jpg: does not decode"):
+    data_lib.make_datasets(cfg, 2, seed=0)
+  cfg.skip_bad_files = True
+  data = data_lib.make_datasets(cfg, 2, seed=0)
+  assert data.train_counts.sum() + data.num_eval == 8
+
+
+def test_num_classes_must_match_the_data(tmp_path):
+  root = write_class_folders(tmp_path / "images", [2, 2])
+  with pytest.raises(ConfigError, match="data.num_classes=5, but .* has 2 classes"):
+    data_lib.make_datasets(data_config(source="folder", train_dir=root, num_classes=5), 2, seed=0)
+
+
+def test_class_balance_report_flags_rare_classes():
+  report = data_lib.class_balance_report([50, 3, 40, 7], ["a", "b", "c", "d"], min_count=10)
+  assert report.splitlines() == [
+      "class balance: 4 classes, 3 to 50 training images per class (median 23.5)",
+      "2 classes have fewer than 10 training images: b (3), d (7)"]
+
+
+def test_oversampling_draws_rare_classes_as_often_as_asked(tmp_path):
+  np.testing.assert_allclose(data_lib.oversampling_acceptance([40, 5, 20], 20), [0.25, 1.0, 0.25])
+  root = write_class_folders(tmp_path / "images", [44, 6])
+  plain = data_lib.make_datasets(data_config(source="folder", train_dir=root), 50, seed=0)
+  balanced = data_lib.make_datasets(
+      data_config(source="folder", train_dir=root, oversample_to=40), 50, seed=0)
+  np.testing.assert_array_equal(balanced.train_counts, [40, 5])
+
+  def rare_fraction(data):
+    labels = np.concatenate([labels.numpy() for _, labels in data.train.take(8)])
+    return labels.mean()
+
+  assert rare_fraction(plain) < 0.2  # 5 of 45
+  assert 0.4 < rare_fraction(balanced) < 0.6  # both classes drawn as though they had 40
+
+
+def test_synthetic_classes_are_deterministic_and_distinct(tmp_path):
+  first = data_lib.write_synthetic_classes(str(tmp_path / "a"), 3, 4, 5, 32)
+  again = data_lib.write_synthetic_classes(str(tmp_path / "b"), 3, 4, 5, 32)
+  for split in (0, 1):
+    names = sorted(os.listdir(first[split]))
+    assert names == [f"class_{i:03d}" for i in range(4)]
+    for name in names:
+      for image in os.listdir(os.path.join(first[split], name)):
+        a = (tmp_path / "a").glob(f"*/*/{name}/{image}")
+        b = (tmp_path / "b").glob(f"*/*/{name}/{image}")
+        assert next(a).read_bytes() == next(b).read_bytes()
+  rng = np.random.default_rng(0)
+  means = [data_lib.draw_synthetic_image(c, 4, 32, rng).reshape(-1, 3).mean(axis=0) for c in range(4)]
+  assert min(np.abs(a - b).max() for i, a in enumerate(means) for b in means[i + 1:]) > 30

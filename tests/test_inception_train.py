@@ -1,0 +1,205 @@
+"""The Inception V4 fine-tuning trainer: the loss, bad input at the CLI, and two phases end to end."""
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.compat.proto import event_pb2
+
+from common.errors import DataError
+from configs import inception_v4 as config_lib
+from inception_finetune import inception_v4 as iv
+from inception_finetune import slim_checkpoint
+from inception_finetune import train
+
+# The base blocks the end-to-end test keeps frozen in phase 2 (its last 16 of 22 are unfrozen).
+FROZEN_IN_PHASE_2 = iv.BLOCK_NAMES[:6]
+HEAD_STEPS = 8
+UNFROZEN_STEPS = 40
+
+
+def test_sparse_loss_rejects_one_hot_and_float_labels():
+  logits = tf.zeros([2, 3])
+  with pytest.raises(DataError, match=r"labels have shape \(2, 3\).*not one-hot"):
+    train.sparse_classification_loss(tf.one_hot([0, 2], 3), logits, 3)
+  with pytest.raises(DataError, match="labels are float32"):
+    train.sparse_classification_loss(tf.constant([0.0, 2.0]), logits, 3)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="label >= num_classes"):
+    train.sparse_classification_loss(tf.constant([0, 3]), logits, 3)
+
+
+def test_label_smoothing_is_slims():
+  logits = tf.constant([[2.0, 0.0, -1.0]])
+  smoothed = train.sparse_classification_loss(tf.constant([0]), logits, 3, label_smoothing=0.3)
+  log_probs = tf.nn.log_softmax(logits)[0].numpy()
+  targets = np.array([0.7 + 0.1, 0.1, 0.1])  # one-hot * (1 - 0.3) + 0.3 / 3
+  np.testing.assert_allclose(smoothed.numpy(), -(targets * log_probs).sum(), rtol=1e-6)
+
+
+def smoke_args(workdir, *overrides):
+  return ["-m", "inception_finetune.train", "--config=configs/inception_v4.py:smoke",
+          f"--workdir={workdir}", *overrides]
+
+
+def write_bad_input(kind, tmp_path):
+  """Files for one kind of bad input; returns (config overrides, the expected error text)."""
+  if kind == "missing_checkpoint":
+    path = tmp_path / "nowhere" / "inception_v4.ckpt"
+    return [f"--config.checkpoint_path={path}"], f"checkpoint {path} does not exist"
+  if kind == "other_network":
+    path = slim_checkpoint.write_checkpoint(str(tmp_path / "resnet.ckpt"), {
+        "resnet_v1_50/conv1/weights": np.zeros((7, 7, 3, 64), np.float32)})
+    return [f"--config.checkpoint_path={path}"], "is not a TF-Slim InceptionV4 checkpoint"
+  if kind == "label_out_of_range":
+    record = tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()])),
+        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[12])),
+    })).SerializeToString()
+    path = str(tmp_path / "train.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+      writer.write(record)
+    return (["--config.data.source=tfrecord", f"--config.data.train_pattern={path}",
+             f"--config.data.eval_pattern={path}"],
+            f"{path}: record 0: label 12 is out of range; expected 0..9")
+  if kind == "one_hot_labels":
+    path = tmp_path / "labels.csv"
+    path.write_text("id,affenpinscher,afghan_hound\nimg0,1,0\n")
+    return (["--config.data.source=csv", f"--config.data.csv_path={path}",
+             f"--config.data.images_dir={tmp_path}"], "(one-hot columns are not labels)")
+  broken = tmp_path / "images" / "pug" / "broken.jpg"
+  os.makedirs(broken.parent)
+  broken.write_bytes(b"\xff\xd8 not a jpeg")
+  return (["--config.data.source=folder", f"--config.data.train_dir={tmp_path / 'images'}",
+           "--config.data.num_classes=0"], f"{broken}: does not decode as an image")
+
+
+@pytest.mark.parametrize("kind", ["missing_checkpoint", "other_network", "label_out_of_range",
+                                  "one_hot_labels", "corrupt_image"])
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, run_cli, kind):
+  overrides, expected = write_bad_input(kind, tmp_path)
+  result = run_cli(smoke_args(tmp_path / "run", *overrides))
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
+  last_line = result.stderr.strip().splitlines()[-1]
+  assert last_line.startswith("error: ") and expected in last_line, last_line
+
+
+def finetune_config(num_steps):
+  """The smoke preset, sized so that a mostly random network learns the synthetic classes.
+
+  Phase 2 unfreezes 16 blocks and trains at 1e-3: a random base, unlike a pretrained one,
+  must be trained to be of use. BatchNorm statistics move at decay 0.9 so that the
+  short run's evaluation is meaningful; images skip the random distortions to learn faster.
+  """
+  config = config_lib.get_config("smoke")
+  config.deterministic = True
+  config.train.num_steps = num_steps
+  config.train.log_every = 8
+  config.summaries.scalars_every = 4
+  config.finetune.head_steps = HEAD_STEPS
+  config.finetune.unfreeze_last_blocks = len(iv.BLOCK_NAMES) - len(FROZEN_IN_PHASE_2)
+  config.finetune.learning_rate = 1e-3
+  config.model.batch_norm_decay = 0.9
+  config.data.augment = False
+  config.data.synthetic_images_per_class = 30
+  return config
+
+
+def read_checkpoint_values(workdir, config, num_classes):
+  """{slim name: value} of the model in the newest checkpoint of a workdir."""
+  model = train.build_model(config, num_classes)
+  latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+  tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+  return {name: v.numpy() for name, v in slim_checkpoint.slim_variables(model).items()}
+
+
+def read_scalars(logdir, tag):
+  """{step: value} of a scalar summary."""
+  values = {}
+  for path in glob.glob(os.path.join(logdir, "events.out.tfevents*")):
+    for record in tf.data.TFRecordDataset(path):
+      event = event_pb2.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        if value.tag == tag:
+          values[event.step] = float(tf.make_ndarray(value.tensor))
+  return values
+
+
+@pytest.fixture(scope="module")
+def finetune_run(tmp_path_factory):
+  """A stand-in TF-Slim checkpoint (random, 1001 classes), then phase 1 alone, then phase 2 resumed."""
+  root = tmp_path_factory.mktemp("finetune")
+  config = finetune_config(HEAD_STEPS)
+  tf.keras.utils.set_random_seed(1)
+  source = iv.inception_v4(num_classes=1001, input_shape=(75, 75, 3), aux_logits=False)
+  config.checkpoint_path = slim_checkpoint.write_slim_checkpoint(source, str(root / "slim" / "model.ckpt"))
+  reader = tf.train.load_checkpoint(config.checkpoint_path)
+  slim_values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+  workdir = str(root / "run")
+  num_classes = config.data.num_classes
+  after_head = train.train_and_evaluate(config, workdir)
+  head_values = read_checkpoint_values(workdir, config, num_classes)
+  config = finetune_config(HEAD_STEPS + UNFROZEN_STEPS)
+  results = train.train_and_evaluate(config, workdir)  # resumes at step HEAD_STEPS, in phase 2
+  return dict(config=config, workdir=workdir, slim=slim_values, head=head_values, after_head=after_head,
+              final=read_checkpoint_values(workdir, config, num_classes), results=results)
+
+
+def in_blocks(name, blocks):
+  return name.startswith(tuple(f"{iv.SCOPE}/{block}/" for block in blocks))
+
+
+@pytest.mark.slow
+def test_phase_1_leaves_the_restored_base_bit_identical(finetune_run):
+  assert finetune_run["after_head"]["step"] == HEAD_STEPS
+  slim, head = finetune_run["slim"], finetune_run["head"]
+  base = [name for name in head if not name.startswith(iv.HEAD_SCOPES)]
+  assert len(base) == 596 and any(name.endswith("moving_variance") for name in base)
+  for name in base:
+    np.testing.assert_array_equal(head[name], slim[name], err_msg=name)
+  # The new head is the 10-class one, not the checkpoint's 1001-class head.
+  assert head["InceptionV4/Logits/Logits/weights"].shape == (512, 10)
+
+
+@pytest.mark.slow
+def test_phase_2_changes_the_unfrozen_blocks_and_only_those(finetune_run):
+  slim, head, final = finetune_run["slim"], finetune_run["head"], finetune_run["final"]
+  assert finetune_run["results"]["step"] == HEAD_STEPS + UNFROZEN_STEPS
+  for name, value in final.items():
+    if name.startswith(iv.HEAD_SCOPES):
+      assert not np.array_equal(value, head[name]), name
+    elif in_blocks(name, FROZEN_IN_PHASE_2):
+      np.testing.assert_array_equal(value, slim[name], err_msg=name)
+    else:
+      assert not np.array_equal(value, slim[name]), name  # kernels, beta and moving statistics
+
+
+@pytest.mark.slow
+def test_training_accuracy_rises_clearly_above_chance(finetune_run):
+  chance = 1.0 / finetune_run["config"].data.num_classes
+  accuracy = read_scalars(os.path.join(finetune_run["workdir"], "train"), "accuracy")
+  last_steps = [value for step, value in accuracy.items() if step > HEAD_STEPS + UNFROZEN_STEPS - 16]
+  assert len(last_steps) >= 3
+  assert np.mean(last_steps) > 3 * chance, accuracy
+  with open(os.path.join(finetune_run["workdir"], "metrics.json")) as f:
+    metrics = json.load(f)
+  assert metrics["train"]["loss"] < np.log(finetune_run["config"].data.num_classes) - 0.3
+  assert metrics["eval"]["top1"] > 2 * chance  # held-out images, BatchNorm in inference mode
+
+
+@pytest.mark.slow
+def test_reports_and_saved_model_are_written(finetune_run):
+  workdir = finetune_run["workdir"]
+  for name in ("labels.txt", "class_balance.csv", "eval/confusion_matrix.csv",
+               "eval/confusion_matrix.png", "eval/per_class_accuracy.csv"):
+    assert os.path.isfile(os.path.join(workdir, name)), name
+  evaluation = finetune_run["results"]["eval"]
+  assert 0 <= evaluation["top1"] <= evaluation["top5"] <= 1
+  serve = tf.saved_model.load(os.path.join(workdir, "saved_model")).signatures["serving_default"]
+  images = tf.random.stateless_uniform([2, 90, 70, 3], [0, 1], maxval=256, dtype=tf.int32)
+  out = serve(images=tf.cast(images, tf.uint8))  # any size: the signature crops and resizes
+  assert out["probabilities"].shape == (2, 10)
+  np.testing.assert_allclose(out["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
