@@ -87,8 +87,9 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None, uint8_eval=False):
     logging.info("%s", line)
   if workdir:
     write_labels_file(os.path.join(workdir, LABELS_FILENAME), class_names)
-    write_class_balance(os.path.join(workdir, CLASS_BALANCE_FILENAME), train_source.counts,
-                        class_names, data_cfg.min_class_count)
+    balance_path = os.path.join(workdir, CLASS_BALANCE_FILENAME)
+    write_class_balance(balance_path, train_source.counts, class_names, data_cfg.min_class_count)
+    logging.info("training images per class: %s", balance_path)
   train = _make_train(train_source, data_cfg, batch_size, seed)
   evaluation = _make_eval(eval_source, data_cfg, uint8_eval)
   logging.info("classification data: %s, %d train and %d eval images, %d classes", data_cfg.source,

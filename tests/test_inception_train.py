@@ -3,11 +3,13 @@ import glob
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.compat.proto import event_pb2
 
+from common import memory_estimate
 from common.errors import DataError
 from configs import inception_v4 as config_lib
 from inception_finetune import inception_v4 as iv
@@ -36,6 +38,20 @@ def test_label_smoothing_is_slims():
   log_probs = tf.nn.log_softmax(logits)[0].numpy()
   targets = np.array([0.7 + 0.1, 0.1, 0.1])  # one-hot * (1 - 0.3) + 0.3 / 3
   np.testing.assert_allclose(smoothed.numpy(), -(targets * log_probs).sum(), rtol=1e-6)
+
+
+def test_gtx960m_preset_is_the_largest_batch_that_fits_4gb_by_estimate():
+  # A 4 GB card leaves about 3.5 GiB to TensorFlow after the CUDA context.
+  budget = 3.5 * 1024**3
+  config = config_lib.get_config("gtx960m")
+  assert config.mixed_precision
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  model = train.build_model(config, config.data.num_classes)
+  batch_size = config.train.batch_size
+  for phase in train.make_phases(config, model):
+    phase.prepare()
+    assert memory_estimate.estimate(model, batch_size, True).total < budget, phase.name
+  assert memory_estimate.estimate(model, batch_size + 8, True).total > budget
 
 
 def smoke_args(workdir, *overrides):

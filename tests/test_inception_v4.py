@@ -48,6 +48,16 @@ def test_parameter_counts_match_slim(model_299):
   assert count_trainable(base_and_logits) == PARAMS_WITHOUT_AUX
 
 
+def test_layers_follow_slims_arg_scope(model_299):
+  convs = [layer for layer in model_299.layers if isinstance(layer, keras.layers.Conv2D)]
+  norms = [layer for layer in model_299.layers if isinstance(layer, keras.layers.BatchNormalization)]
+  assert len(convs) == len(norms) == 151 and not any(conv.use_bias for conv in convs)
+  assert all(bn.momentum == 0.9997 and bn.epsilon == 1e-3 and bn.center and not bn.scale for bn in norms)
+  decayed = iv.inception_v4(input_shape=(75, 75, 3), include_top=False, batch_norm_decay=0.9)
+  assert {layer.momentum for layer in decayed.layers
+          if isinstance(layer, keras.layers.BatchNormalization)} == {0.9}
+
+
 def test_end_point_shapes_at_299(model_299):
   expected = {
       "Conv2d_1a_3x3": (149, 149, 32), "Conv2d_2a_3x3": (147, 147, 32),
