@@ -21,7 +21,6 @@ from typing import Callable, Optional
 
 from absl import logging
 import keras
-import numpy as np
 import tensorflow as tf
 
 from common import config as config_lib
@@ -391,7 +390,8 @@ def _log_progress(run, phase, window, step, optimizer):
   logging.info("step %d/%d [%s] loss %.4f  lr %.3g  %.2f steps/s  ETA %s%s", step, run.total_steps,
                phase.name, window.mean("loss"), _learning_rate(optimizer), steps_per_s,
                _format_seconds(eta), f"  ({skipped:.0f} non-finite steps skipped)" if skipped else "")
-  run.last_train = {"step": step, "loss": window.mean("loss"), "steps_per_second": steps_per_s}
+  run.last_train = {name: window.mean(name) for name in window.sums if name != "finite"}
+  run.last_train.update(step=step, steps_per_second=steps_per_s)
   update = diagnostics.relative_update(window.weights, diagnostics.sample_weights(window.variables))
   run.train_summaries.write_scalars(step, {"diagnostics/relative_update": update})
   if skipped < window.count and update < run.config.train.stall_update_ratio:

@@ -19,7 +19,9 @@ import tensorflow as tf
 
 from common import cli
 from common import export
+from common import train_loop
 from common.errors import CheckpointError
+from inception_finetune import data as data_lib
 from inception_finetune import preprocessing
 
 # Side of the confusion-matrix PNG, about; every class gets a square of whole pixels.
@@ -144,20 +146,15 @@ def load_for_evaluation(config, workdir, saved_model, num_classes):
     serve = tf.saved_model.load(saved_model).signatures["serving_default"]
     # Log-probabilities rank like the logits and give the same cross-entropy.
     return lambda images: tf.math.log(tf.maximum(serve(images=images)["probabilities"], 1e-30))
+  # Imported here because train.py imports this module.
   from inception_finetune import train  # pylint: disable=g-import-not-at-top
   model = train.build_model(config, num_classes)
-  checkpoint_dir = os.path.join(workdir, "checkpoints")
-  latest = tf.train.latest_checkpoint(checkpoint_dir)
-  if latest is None:
-    raise CheckpointError(f"no checkpoint in {checkpoint_dir}")
-  tf.train.Checkpoint(model=model).restore(latest).expect_partial()
-  logging.info("evaluating %s", latest)
+  logging.info("evaluating %s", train_loop.restore_model(model, workdir))
   return make_predict_fn(model)
 
 
 def main(argv):
   del argv
-  from inception_finetune import data as data_lib  # pylint: disable=g-import-not-at-top
   config, workdir, saved_model = _CONFIG.value, _WORKDIR.value, _SAVED_MODEL.value
   data = data_lib.make_datasets(config.data, config.train.batch_size, config.seed, workdir=workdir,
                                 uint8_eval=bool(saved_model))

@@ -53,7 +53,7 @@ def choose_start(config, workdir):
   A checkpoint in the workdir wins (the run resumes), and the log says so
   plainly: TF-Slim silently preferring a stale train_dir confused its users.
   """
-  resume = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
+  resume = tf.train.latest_checkpoint(train_loop.checkpoint_dir(workdir))
   if resume:
     logging.warning("STARTING FROM %s (resuming this workdir); checkpoint_path %s is not read",
                     resume, config.checkpoint_path or "(unset)")

@@ -213,7 +213,7 @@ def test_oversampling_draws_rare_classes_as_often_as_asked(tmp_path):
 
 def test_synthetic_classes_are_deterministic_and_distinct(tmp_path):
   first = data_lib.write_synthetic_classes(str(tmp_path / "a"), 3, 4, 5, 32)
-  again = data_lib.write_synthetic_classes(str(tmp_path / "b"), 3, 4, 5, 32)
+  data_lib.write_synthetic_classes(str(tmp_path / "b"), 3, 4, 5, 32)
   for split in (0, 1):
     names = sorted(os.listdir(first[split]))
     assert names == [f"class_{i:03d}" for i in range(4)]

@@ -138,7 +138,7 @@ def write_pair(folder, name, image_size=(32, 32), mask_size=(32, 32), mask_value
 
 
 def folder_args(folder):
-  return [f"--config.data.source=folder", f"--config.data.images_dir={folder / 'images'}",
+  return ["--config.data.source=folder", f"--config.data.images_dir={folder / 'images'}",
           f"--config.data.masks_dir={folder / 'masks'}"]
 
 
