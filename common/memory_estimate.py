@@ -89,9 +89,9 @@ def estimate(model, batch_size, mixed_precision, optimizer_slots=2,
   Returns:
     A MemoryEstimate.
   """
-  input_specs = _make_input_specs(model, batch_size, input_shapes)
+  input_specs = make_input_specs(model, batch_size, input_shapes)
   output_specs = []
-  _trace(model, input_specs, output_specs.append)
+  trace_layers(model, input_specs, lambda layer, args, outputs: output_specs.extend(outputs))
   float_bytes = 2 if mixed_precision else 4
   activation_elements = sum(_num_elements(s) for s in output_specs)
   activations = sum(_num_elements(s) * _element_bytes(s.dtype, float_bytes)
@@ -115,7 +115,7 @@ def estimate(model, batch_size, mixed_precision, optimizer_slots=2,
       optimizer_slots_per_parameter=optimizer_slots, **parts)
 
 
-def _make_input_specs(model, batch_size, input_shapes):
+def make_input_specs(model, batch_size, input_shapes=None):
   """Symbolic inputs of the model with the batch and every dimension known."""
   inputs = model.inputs
   if input_shapes is None:
@@ -139,11 +139,12 @@ def _graph_model(model):
   return model if hasattr(model, "_run_through_graph") else None
 
 
-def _trace(model, input_specs, record):
-  """Runs the model's graph on symbolic inputs, recording every layer output.
+def trace_layers(model, input_specs, record):
+  """Runs the model's graph on symbolic inputs, calling record(layer, args, outputs).
 
-  Nested models are traced layer by layer; their own outputs are not recorded
-  again.
+  args are the layer's positional arguments and outputs the flat list of its
+  output specs. Nested models are traced layer by layer; their own outputs are
+  not recorded again.
   """
   graph = _graph_model(model)
   if graph is None:
@@ -153,10 +154,9 @@ def _trace(model, input_specs, record):
   def traced(op):
     def run(*args, **kwargs):
       if isinstance(op, keras.Model):
-        return _trace(op, args[0], record)
+        return trace_layers(op, args[0], record)
       outputs = op.compute_output_spec(*args, **kwargs)
-      for spec in tf.nest.flatten(outputs):
-        record(spec)
+      record(op, args, tf.nest.flatten(outputs))
       return outputs
     return run
 

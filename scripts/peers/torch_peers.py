@@ -10,67 +10,19 @@ windows after warm-up steps.
 triplet: pytorch-metric-learning's miner (BatchHardMiner, or TripletMarginMiner
 with type_of_triplets="semihard") and TripletMarginLoss, with backward, on
 random unit embeddings of num_per_class examples per class; seconds per step
-(median) and the step's peak host memory: the peak resident set size during
-the steps after the first minus the resident size before them (Linux resets
-the peak; elsewhere the process's peak is used, so run one batch size per
-process).
+(median) and the step's peak host memory: the resident set high-water mark
+during all the steps minus the resident size before the first, as
+tf_triplet_step.py measures ours (one batch size per process).
 
-Never imports anything from the project: it lives in another environment.
+Imports nothing from the project but measure.py (standard library only): it
+runs in another environment.
 """
 import argparse
 import json
 import platform
-import resource
-import statistics
-import sys
-import time
 
+import measure  # beside this script, standard library only
 import torch
-
-
-def read_status_bytes(field):
-  """A memory field of /proc/self/status (Linux) in bytes, or None."""
-  try:
-    with open("/proc/self/status") as f:
-      for line in f:
-        if line.startswith(field + ":"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return None
-
-
-def peak_rss_bytes():
-  """The resident set's high-water mark (since the last reset_peak_rss on Linux)."""
-  peak = read_status_bytes("VmHWM")
-  if peak is not None:
-    return peak
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
-
-
-def reset_peak_rss():
-  """Resets VmHWM to the current resident size (Linux >= 4.0); returns that size."""
-  try:
-    with open("/proc/self/clear_refs", "w") as f:
-      f.write("5")
-  except OSError:
-    pass
-  current = read_status_bytes("VmRSS")
-  return peak_rss_bytes() if current is None else current
-
-
-def time_windows(step, warmup_steps, windows, steps_per_window):
-  """Seconds per step of each timed window, after warm-up steps."""
-  for _ in range(warmup_steps):
-    step()
-  seconds = []
-  for _ in range(windows):
-    start = time.perf_counter()
-    for _ in range(steps_per_window):
-      step()
-    seconds.append((time.perf_counter() - start) / steps_per_window)
-  return seconds
 
 
 def make_optimizer(name, parameters, learning_rate):
@@ -97,7 +49,7 @@ def run_inception(args):
     loss.backward()
     optimizer.step()
 
-  seconds = time_windows(step, args.warmup_steps, args.windows, args.steps_per_window)
+  seconds = measure.time_windows(step, args.warmup_steps, args.windows, args.steps_per_window)
   return {
       "peer": "timm inception_v4",
       "timm": timm.__version__,
@@ -105,9 +57,9 @@ def run_inception(args):
       "batch_size": args.batch_size,
       "image_size": args.image_size,
       "optimizer": args.optimizer,
-      "images_per_second": args.batch_size / statistics.median(seconds),
+      "images_per_second": args.batch_size / measure.median(seconds),
       "window_seconds_per_step": seconds,
-      "peak_rss_bytes": peak_rss_bytes(),
+      "peak_rss_bytes": measure.peak_rss_bytes(),
   }
 
 
@@ -130,9 +82,8 @@ def run_triplet(args):
     loss = loss_fn(embeddings, labels, miner(embeddings, labels))
     loss.backward()
 
-  step()  # one-time allocations (thread pools, caches) happen here, before the reset
-  rss_before = reset_peak_rss()
-  seconds = time_windows(step, args.warmup_steps, args.windows, args.steps_per_window)
+  rss_before, resettable = measure.reset_peak_rss()
+  seconds = measure.time_windows(step, args.warmup_steps, args.windows, args.steps_per_window)
   return {
       "peer": f"pytorch-metric-learning {args.miner} + TripletMarginLoss",
       "pytorch_metric_learning": pytorch_metric_learning.__version__,
@@ -140,9 +91,9 @@ def run_triplet(args):
       "embedding_dim": args.embedding_dim,
       "num_per_class": args.num_per_class,
       "margin": args.margin,
-      "seconds_per_step": statistics.median(seconds),
+      "seconds_per_step": measure.median(seconds),
       "window_seconds_per_step": seconds,
-      "step_peak_bytes": max(0, peak_rss_bytes() - rss_before),
+      "step_peak_bytes": max(0, measure.peak_rss_bytes() - rss_before) if resettable else None,
   }
 
 

@@ -1,0 +1,754 @@
+"""Benchmarks the trainers: input pipeline, training step, evaluation, memory, against the machine.
+
+  python scripts/benchmark.py segmentation --preset smoke
+  python scripts/benchmark.py all --preset smoke --peers --json results.json
+  python scripts/benchmark.py inception_v4 --preset gtx960m --memory_limit_mb 4096
+
+For each trainer, with its config preset, the table has a row per variant
+(float32 and mixed_float16, each without and with XLA) and, for a trainer
+with several phases (Inception V4: head, then unfrozen blocks), per phase:
+  first step s    tracing, XLA compilation and one step;
+  steps/s, train img/s  the trainer's own compiled step
+      (common/train_loop.make_train_step) on two batches taken from its
+      pipeline beforehand, so that input time is not in it;
+  host peak MiB   the process's resident set high-water mark during the row;
+  GPU peak MiB    TensorFlow's allocator peak during the row (with a GPU);
+  estimate MiB    common/memory_estimate for the row (no GPU needed);
+  GFLOP/step, GFLOP/s, % of matmul  the step's counted FLOPs (common/flops),
+      per second, as a share of the machine's large float32 matmul rate
+      (float16 for mixed rows on a GPU).
+Above the table: the input pipeline alone (images/s) and evaluation with the
+trainer's predict function (images/s, per precision). Every rate is a median
+over timed windows after warm-up. On a machine without a GPU, mixed precision
+runs only with XLA unless --variants asks for it (see CPU_SLOW_VARIANTS).
+
+--peers adds the side-by-side comparisons with what people use instead
+(a missing peer is reported as skipped): timm's inception_v4 on PyTorch,
+pytorch-metric-learning's miners and triplet loss, and a PIL-in-a-generator
+input pipeline. The PyTorch peers run in their own virtual environment
+(scripts/peers/setup_peer_venv.sh).
+"""
+import argparse
+import ast
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from typing import Callable
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import keras  # pylint: disable=g-import-not-at-top
+import numpy as np  # pylint: disable=g-import-not-at-top
+from PIL import Image  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+from common import cli  # pylint: disable=g-import-not-at-top
+from common import config as config_lib  # pylint: disable=g-import-not-at-top
+from common import flops as flops_lib  # pylint: disable=g-import-not-at-top
+from common import hardware  # pylint: disable=g-import-not-at-top
+from common import memory_estimate  # pylint: disable=g-import-not-at-top
+from common import train_loop  # pylint: disable=g-import-not-at-top
+from common.errors import ConfigError  # pylint: disable=g-import-not-at-top
+from common.errors import UserError  # pylint: disable=g-import-not-at-top
+from scripts.peers import measure  # pylint: disable=g-import-not-at-top
+from scripts.peers import peer_runner  # pylint: disable=g-import-not-at-top
+
+TRAINERS = ("segmentation", "triplet", "inception_v4")
+VARIANTS = ("float32", "float32+xla", "mixed", "mixed+xla")
+BUDGET_MB = 4096  # the GTX 960M
+TRIPLET_PEER_SIZES = (128, 512, 1024)
+TRIPLET_GROWTH_SIZES = (256, 512, 1024)
+TRIPLET_PEER_LOSSES = (("batch_hard", "batch_hard"), ("semi_hard", "semihard"))
+WARMUP_STEPS = 1
+INPUT_WARMUP_BATCHES = 5
+MAX_AUTO_STEPS = 2000
+# Left out on a machine without a GPU unless --variants names them.
+CPU_SLOW_VARIANTS = {
+    "mixed": ("without XLA, TensorFlow's float16 convolution gradients on a CPU are hundreds of times "
+              "slower than float32 (a 3x3 convolution 64->96 at 37x37, batch 16: 20 s against "
+              "0.04 s on 2 cores); --variants "
+              "float32,float32+xla,mixed,mixed+xla runs it anyway"),
+}
+MIB = memory_estimate.MIB
+
+
+@dataclasses.dataclass
+class Workload:
+  """What the benchmark needs from a trainer, built by the trainer's own functions.
+
+  Attributes:
+    train: the trainer's training pipeline, (inputs, targets) batches.
+    eval_inputs: a few evaluation input batches, held in memory.
+    build_model: builds the training model under the current precision policy.
+    make_phases: make_phases(config, model) -> the trainer's train_loop.Phase list
+      (optimizer and trainable set of each), for a config of the precision measured.
+    loss_fn: the trainer's loss_fn(model, batch, training).
+    make_predict_fn: the trainer's evaluation forward pass, predict_fn(inputs).
+    describe: a few words on the data (sizes).
+    input_files: (image path, mask path) pairs for the PIL peer, or None.
+  """
+  train: tf.data.Dataset
+  eval_inputs: list
+  build_model: Callable[[], keras.Model]
+  make_phases: Callable
+  loss_fn: Callable
+  make_predict_fn: Callable
+  describe: str
+  input_files: list = None
+
+
+def make_single_phase(config, model):
+  """The one phase of a trainer that trains every layer with one optimizer."""
+  del model
+  return [train_loop.Phase("train", config.train.num_steps,
+                           train_loop.make_optimizer(config.optimizer, config.mixed_precision))]
+
+
+# The trainers, through their own config files and functions.
+
+
+def load_config(trainer, preset, overrides, batch_size):
+  """The trainer's config with the preset, KEY=VALUE overrides and batch size applied."""
+  module = {"segmentation": "configs.segmentation", "triplet": "configs.triplet",
+            "inception_v4": "configs.inception_v4"}[trainer]
+  config = __import__(module, fromlist=["get_config"]).get_config(preset)
+  for override in overrides:
+    key, sep, text = override.partition("=")
+    if not sep:
+      raise ConfigError(f"--set {override}: write KEY=VALUE, e.g. data.image_size=150")
+    config_lib.set_value(config, key, _parse_value(text))
+  if batch_size:
+    if trainer == "triplet":  # the batch is P identities x K images
+      k = config.data.images_per_identity
+      if batch_size % k:
+        raise ConfigError(f"--batch_size {batch_size} is not a multiple of data.images_per_identity={k}")
+      config.data.identities_per_batch = batch_size // k
+    else:
+      config.train.batch_size = batch_size
+  config_lib.validate_config(config)
+  return config
+
+
+def _parse_value(text):
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
+def load_segmentation(config, workdir):
+  from segmentation import data as data_lib  # pylint: disable=g-import-not-at-top
+  from segmentation import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  from segmentation import model as model_lib  # pylint: disable=g-import-not-at-top
+  from segmentation import synthetic  # pylint: disable=g-import-not-at-top
+  from segmentation import train as train_lib  # pylint: disable=g-import-not-at-top
+  train_lib.validate_config(config)
+  cfg = config.data
+  pad_multiple = model_lib.total_stride(config.model.widths)
+  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, pad_multiple, workdir)
+  if cfg.source == "synthetic":
+    folders = synthetic.write_scenes(cfg.cache_dir, config.seed, cfg.image_size, cfg.num_train_images,
+                                     cfg.num_eval_images, cfg.num_classes)
+    input_files = data_lib.list_folder_pairs(*folders["train"])
+  elif cfg.source == "folder":
+    input_files = data_lib.list_folder_pairs(cfg.images_dir, cfg.masks_dir, cfg.train_split or None)
+  else:
+    input_files = None
+  return Workload(
+      train=data.train, eval_inputs=_take_inputs(data.eval),
+      build_model=lambda: train_lib.build_model_from_config(config, data.num_classes),
+      make_phases=make_single_phase,
+      loss_fn=train_lib.make_loss_fn(cfg.ignore_label, tuple(config.loss.class_weights) or None),
+      make_predict_fn=metrics_lib.make_predict_fn,
+      describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
+      input_files=input_files)
+
+
+def load_triplet(config, workdir):
+  from triplet import data as data_lib  # pylint: disable=g-import-not-at-top
+  from triplet import evaluate as evaluate_lib  # pylint: disable=g-import-not-at-top
+  from triplet import train as train_lib  # pylint: disable=g-import-not-at-top
+  train_lib.validate_config(config)
+  cfg = config.data
+  identities = train_lib.load_train_identities(config, workdir)
+  train = data_lib.make_train_dataset(identities, cfg.identities_per_batch, cfg.images_per_identity,
+                                      cfg.load_size, cfg.crop_size, cfg.normalization, config.seed)
+  eval_paths = evaluate_lib.images_to_embed(evaluate_lib.load_eval_data(cfg, config.seed, workdir))
+  evaluation = data_lib.make_eval_dataset(eval_paths, cfg.load_size, cfg.crop_size, cfg.normalization,
+                                          cfg.eval_batch_size)
+  if config.loss.name == train_lib.SOFTMAX:
+    loss_fn = train_lib.softmax_loss_fn
+  else:
+    loss_fn = train_lib.make_triplet_loss_fn(config.loss.name, config.loss.margin, config.loss.squared)
+
+  def build_model():
+    embedding_model = evaluate_lib.build_embedding_model_from_config(config)
+    return train_lib.build_training_model(config, embedding_model, len(identities))
+
+  return Workload(
+      train=train, eval_inputs=_take_inputs(evaluation), build_model=build_model,
+      make_phases=make_single_phase, loss_fn=loss_fn, make_predict_fn=evaluate_lib.make_embed_fn,
+      describe=(f"{cfg.source} data, {cfg.identities_per_batch} identities x {cfg.images_per_identity} "
+                f"images, {cfg.crop_size}x{cfg.crop_size} crops, loss {config.loss.name}"))
+
+
+def load_inception_v4(config, workdir):
+  from inception_finetune import data as data_lib  # pylint: disable=g-import-not-at-top
+  from inception_finetune import evaluate as evaluate_lib  # pylint: disable=g-import-not-at-top
+  from inception_finetune import train as train_lib  # pylint: disable=g-import-not-at-top
+  train_lib.validate_config(config)
+  data = data_lib.make_datasets(config.data, config.train.batch_size, config.seed, workdir)
+  size = config.data.image_size
+  return Workload(
+      train=data.train, eval_inputs=_take_inputs(data.eval),
+      build_model=lambda: train_lib.build_model(config, data.num_classes),
+      make_phases=train_lib.make_phases,
+      loss_fn=train_lib.make_loss_fn(data.num_classes, config.label_smoothing,
+                                     config.finetune.aux_loss_weight),
+      make_predict_fn=evaluate_lib.make_predict_fn,
+      describe=(f"{config.data.source} data, {data.num_classes} classes, {size}x{size}; phases: head "
+                f"({config.trainable_scopes}), unfrozen (+{config.finetune.unfreeze_last_blocks} blocks)"))
+
+
+LOADERS = {"segmentation": load_segmentation, "triplet": load_triplet, "inception_v4": load_inception_v4}
+
+
+def _take_inputs(dataset, max_batches=4):
+  """The first batches' inputs (of (inputs, targets) batches, or of inputs alone)."""
+  return [element[0] if isinstance(element, tuple) else element
+          for element in dataset.take(max_batches)]
+
+
+# Measurements.
+
+
+def progress(message):
+  """A line on stderr, so that a long benchmark shows where it is."""
+  print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def gpu_device():
+  """The first logical GPU's name for the memory statistics, or None."""
+  gpus = tf.config.list_logical_devices("GPU")
+  return gpus[0].name.replace("/device:", "") if gpus else None
+
+
+def measure_matmul(size, dtype="float32", repeats=5):
+  """GFLOP/s of a [size, size] x [size, size] matmul on the default device; median of repeats."""
+  generator = tf.random.Generator.from_seed(0)
+  a = tf.cast(generator.normal([size, size]), dtype)
+  b = tf.cast(generator.normal([size, size]), dtype)
+
+  def multiply():
+    # Reading one element waits for the matmul on a GPU as on the CPU.
+    float(tf.linalg.matmul(a, b)[0, 0])
+
+  seconds = measure.time_windows(multiply, warmup_steps=1, windows=repeats, steps_per_window=1)
+  return 2 * size**3 / measure.median(seconds) / 1e9
+
+
+@dataclasses.dataclass
+class Settings:
+  steps: int  # timed steps per window; 0: as many as fill min_window_s
+  windows: int
+  min_window_s: float
+  variants: tuple
+
+
+def time_steps(step, settings, warmup_steps):
+  """(median seconds per step over the timed windows, steps per window) after warm-up steps.
+
+  With settings.steps == 0 a window holds as many steps as fill
+  settings.min_window_s, judged from one step.
+  """
+  for _ in range(warmup_steps):
+    step()
+  steps = settings.steps
+  if not steps:
+    probe = measure.time_windows(step, 0, windows=1, steps_per_window=1)[0]
+    steps = max(1, min(MAX_AUTO_STEPS, math.ceil(settings.min_window_s / max(probe, 1e-9))))
+  seconds = measure.time_windows(step, 0, settings.windows, steps)
+  return measure.median(seconds), steps
+
+
+def measure_input(dataset, batch_size, settings):
+  """Images/s of the pipeline alone, after a few batches that fill its buffers."""
+  iterator = iter(dataset)
+  seconds, _ = time_steps(lambda: next(iterator), settings, INPUT_WARMUP_BATCHES)
+  return batch_size / seconds
+
+
+def _fetch(outputs):
+  """Waits for outputs by copying them to the host, as an evaluation loop does."""
+  return [np.asarray(t) for t in tf.nest.flatten(outputs)]
+
+
+def measure_eval(predict_fn, inputs, settings):
+  """Images/s of predict_fn over the batches in `inputs`, after one warm-up pass."""
+  def one_pass():
+    for batch in inputs:
+      _fetch(predict_fn(batch))
+
+  seconds, _ = time_steps(one_pass, settings, warmup_steps=1)
+  return sum(int(batch.shape[0]) for batch in inputs) / seconds
+
+
+def time_train_step(train_step, batches, settings):
+  """(seconds of the first step, with tracing and compilation; median seconds per step; steps
+  per window)."""
+  position = iter(range(1 << 62))
+
+  def run_step():
+    metrics = train_step(batches[next(position) % len(batches)])
+    float(metrics["loss"])  # waits for the step, as the training loop does
+
+  first = measure.time_windows(run_step, 0, windows=1, steps_per_window=1)[0]
+  return (first, *time_steps(run_step, settings, WARMUP_STEPS - 1))
+
+
+def precision_config(config, mixed):
+  """A copy of the config for one precision (the optimizers' loss scale depends on it)."""
+  config = config.copy_and_resolve_references()
+  config.mixed_precision = mixed
+  return config
+
+
+def benchmark_precision(workload, config, strategy, mixed, settings, matmul_rates, batches):
+  """Training rows of one precision (each phase of the trainer, without and with XLA, on one
+  model), its evaluation images/s and the largest phase's memory estimate."""
+  precision = "mixed" if mixed else "float32"
+  keras.mixed_precision.set_global_policy("mixed_float16" if mixed else "float32")
+  hardware.set_determinism(config.seed, config.deterministic)
+  progress(f"{precision}: building the model")
+  with strategy.scope():
+    model = workload.build_model()
+    phases = workload.make_phases(precision_config(config, mixed), model)
+  batch_size = config.train.batch_size
+  # From a real batch: a pipeline's static shapes can be partly unknown.
+  input_shapes = [tuple(batches[0][0].shape[1:])]
+  distributed = [train_loop.distribute_batch(batch, strategy) for batch in batches]
+  peak_rate = matmul_rates.get(precision, matmul_rates["float32"])
+  device = gpu_device()
+  rows, estimates = [], []
+  for phase in phases:
+    if phase.prepare:
+      phase.prepare()
+    with strategy.scope():
+      phase.optimizer.build(model.trainable_variables)
+    estimates.append(memory_estimate.estimate(model, batch_size, mixed, input_shapes=input_shapes))
+    step_flops = flops_lib.count_training_flops(model, batch_size, input_shapes)
+    for xla in (False, True):
+      name = precision + ("+xla" if xla else "")
+      if name not in settings.variants:
+        continue
+      progress(f"{name} {phase.name}: training step")
+      reset_rss = measure.reset_peak_rss()[1]
+      if device:
+        tf.config.experimental.reset_memory_stats(device)
+      train_step = train_loop.make_train_step(model, phase.optimizer, workload.loss_fn, strategy,
+                                              config.optimizer.clipnorm, jit_compile=xla)
+      first, seconds, steps = time_train_step(train_step, distributed, settings)
+      row = {
+          "variant": name,
+          "phase": phase.name,
+          "first_step_s": first,
+          "train_steps_per_s": 1.0 / seconds,
+          "train_images_per_s": batch_size / seconds,
+          "host_peak_mib": measure.peak_rss_bytes() / MIB,
+          "estimate_mib": estimates[-1].total / MIB,
+          "gflop_per_step": step_flops / 1e9,
+          "gflops_per_s": step_flops / seconds / 1e9,
+      }
+      row["matmul_share"] = row["gflops_per_s"] / peak_rate
+      if device:
+        row["gpu_peak_mib"] = tf.config.experimental.get_memory_info(device)["peak"] / MIB
+      row["timed_steps_per_window"] = steps
+      if not reset_rss:
+        row["host_peak_note"] = "process peak since start (VmHWM cannot be reset here)"
+      rows.append(row)
+  progress(f"{precision}: evaluation")
+  eval_rate = measure_eval(workload.make_predict_fn(model), workload.eval_inputs, settings)
+  # The largest phase decides whether the preset fits.
+  return rows, eval_rate, max(estimates, key=lambda e: e.total)
+
+
+def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
+  """Measures one trainer; returns its result dict (rows, input rate, estimate)."""
+  config = load_config(trainer, args.preset, args.set, args.batch_size)
+  config.data.cache_dir = config.data.cache_dir or os.path.join(args.cache_dir, trainer)
+  settings = _settings(args)
+  started = time.time()
+  progress(f"{trainer}: preparing the data")
+  workload = LOADERS[trainer](config, os.path.join(workdir, trainer))
+  batch_size = config.train.batch_size
+  progress(f"{trainer}: input pipeline")
+  input_rate = measure_input(workload.train, batch_size, settings)
+  iterator = iter(workload.train)
+  batches = [next(iterator) for _ in range(2)]
+  rows, eval_rates, estimates = [], {}, {}
+  for mixed in (False, True):
+    precision = "mixed" if mixed else "float32"
+    if not any(v.split("+")[0] == precision for v in settings.variants):
+      continue
+    precision_rows, eval_rates[precision], estimates[mixed] = benchmark_precision(
+        workload, config, strategy, mixed, settings, matmul_rates, batches)
+    rows += precision_rows
+  keras.mixed_precision.set_global_policy("float32")
+  own = estimates.get(config.mixed_precision) or next(iter(estimates.values()))
+  return {
+      "trainer": trainer,
+      "preset": args.preset or "default",
+      "batch_size": batch_size,
+      "describe": workload.describe,
+      "input_images_per_s": input_rate,
+      "eval_images": sum(int(batch.shape[0]) for batch in workload.eval_inputs),
+      "eval_images_per_s": eval_rates,
+      "rows": rows,
+      "not_run": {v: why for v, why in CPU_SLOW_VARIANTS.items()
+                  if v not in settings.variants and not gpu_device()},
+      "preset_precision": "mixed" if own.mixed_precision else "float32",
+      "preset_estimate": dataclasses.asdict(own) | {"total": own.total},
+      "preset_estimate_table": own.format_table(budget_bytes=BUDGET_MB * MIB),
+      "settings": dataclasses.asdict(settings) | {"warmup_steps": WARMUP_STEPS},
+      "seconds": time.time() - started,
+      "_workload": workload,
+      "_config": config,
+      "_settings": settings,
+      "_batches": batches,
+  }
+
+
+def _settings(args):
+  return Settings(steps=args.steps, windows=args.windows,
+                  min_window_s=args.min_window_s or (0.25 if args.preset == "smoke" else 2.0),
+                  variants=tuple(args.variants))
+
+
+# Peers.
+
+
+def make_pil_generator_dataset(pairs, patch_size, patches_per_image, batch_size, shuffle_buffer, seed):
+  """The input pipeline most people write first: PIL in a Python generator feeding from_generator.
+
+  The same work as segmentation/data.py: decode an image and its mask, cut
+  patches_per_image random patch_size crops at the same places, shuffle, batch.
+  """
+  def generate():
+    rng = np.random.default_rng(seed)
+    while True:
+      for index in rng.permutation(len(pairs)):
+        image_path, mask_path = pairs[index]
+        image = np.asarray(Image.open(image_path).convert("RGB"))
+        mask = np.asarray(Image.open(mask_path))
+        for _ in range(patches_per_image):
+          y = rng.integers(0, image.shape[0] - patch_size + 1)
+          x = rng.integers(0, image.shape[1] - patch_size + 1)
+          yield (image[y:y + patch_size, x:x + patch_size],
+                 mask[y:y + patch_size, x:x + patch_size].astype(np.int32))
+
+  signature = (tf.TensorSpec([patch_size, patch_size, 3], tf.uint8),
+               tf.TensorSpec([patch_size, patch_size], tf.int32))
+  dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+  return (dataset.shuffle(shuffle_buffer, seed=seed).batch(batch_size, drop_remainder=True)
+          .prefetch(tf.data.AUTOTUNE))
+
+
+def peer_segmentation_input(result, settings):
+  config, workload = result["_config"], result["_workload"]
+  cfg = config.data
+  if not workload.input_files:
+    return {"skipped": f"the PIL peer reads image files; data.source={cfg.source} has none"}
+  if min(Image.open(workload.input_files[0][0]).size) < cfg.patch_size:
+    return {"skipped": f"the PIL peer cuts no patches from images smaller than data.patch_size="
+                       f"{cfg.patch_size}"}
+  dataset = make_pil_generator_dataset(workload.input_files, cfg.patch_size, cfg.patches_per_image,
+                                       config.train.batch_size, cfg.shuffle_buffer, config.seed)
+  rate = measure_input(dataset, config.train.batch_size, settings)
+  return {"peer": "PIL in a Python generator through from_generator",
+          "peer_images_per_s": rate, "ours_images_per_s": result["input_images_per_s"],
+          "ratio": result["input_images_per_s"] / rate}
+
+
+def measure_full_network(result, strategy):
+  """Our float32 step with every layer trained (what timm's peer runs).
+
+  Returns ({variant: images/s}, timed steps per window of the last variant).
+  """
+  workload, config, settings = result["_workload"], result["_config"], result["_settings"]
+  keras.mixed_precision.set_global_policy("float32")
+  with strategy.scope():
+    model = workload.build_model()
+    optimizer = train_loop.make_optimizer(config.optimizer, False)
+    optimizer.build(model.trainable_variables)
+  batches = [train_loop.distribute_batch(batch, strategy) for batch in result["_batches"]]
+  rates, steps = {}, 1
+  for name in ("float32", "float32+xla"):
+    if name in settings.variants:
+      progress(f"{name} all layers: training step (for the timm peer)")
+      train_step = train_loop.make_train_step(model, optimizer, workload.loss_fn, strategy,
+                                              config.optimizer.clipnorm, jit_compile=name.endswith("xla"))
+      _, seconds, steps = time_train_step(train_step, batches, settings)
+      rates[name] = config.train.batch_size / seconds
+  return rates, steps
+
+
+def peer_inception(result, strategy, threads, timeout_s):
+  config, settings = result["_config"], result["_settings"]
+  ours, steps = measure_full_network(result, strategy)
+  progress("timm inception_v4: training step")
+  peer = peer_runner.run_peer(
+      ["inception", "--batch_size", config.train.batch_size, "--image_size", config.data.image_size,
+       "--num_classes", config.data.num_classes, "--optimizer", "adam",
+       "--learning_rate", config.optimizer.learning_rate, "--threads", threads,
+       "--warmup_steps", WARMUP_STEPS, "--windows", settings.windows, "--steps_per_window", steps],
+      timeout_s)
+  if "skipped" in peer:
+    return peer
+  peer["ours_images_per_s"] = ours
+  peer["ratios"] = {variant: rate / peer["images_per_second"] for variant, rate in ours.items()}
+  return peer
+
+
+def peer_triplet(threads, timeout_s):
+  """Our batch-hard and semi-hard losses and pytorch-metric-learning's, one process per size."""
+  rows = []
+  for loss, miner in TRIPLET_PEER_LOSSES:
+    sizes = sorted(set(TRIPLET_PEER_SIZES) | (set(TRIPLET_GROWTH_SIZES) if loss == "semi_hard" else set()))
+    for size in sizes:
+      common = ["--batch_size", size, "--threads", threads]
+      ours = peer_runner.run_tf_triplet(["--loss", loss] + common, timeout_s)
+      peer = (peer_runner.run_peer(["triplet", "--miner", miner] + common, timeout_s)
+              if size in TRIPLET_PEER_SIZES else {"skipped": "not compared at this size"})
+      rows.append({"loss": loss, "batch_size": size, "ours": ours, "peer": peer})
+  return rows
+
+
+def run_peers(results, args, strategy):
+  peers = {}
+  threads = args.threads or len(os.sched_getaffinity(0))
+  for result in results:
+    name = result["trainer"]
+    progress(f"{name}: peers")
+    if name == "segmentation":
+      peers[name] = peer_segmentation_input(result, result["_settings"])
+    elif name == "inception_v4":
+      peers[name] = peer_inception(result, strategy, threads, args.peer_timeout_s)
+    elif name == "triplet":
+      peers[name] = peer_triplet(threads, args.peer_timeout_s)
+  return peers
+
+
+# Output.
+
+
+COLUMNS = (
+    ("variant", "variant", "{}"),
+    ("phase", "phase", "{}"),
+    ("first_step_s", "first step s", "{:.1f}"),
+    ("train_steps_per_s", "steps/s", "{:.2f}"),
+    ("train_images_per_s", "train img/s", "{:.1f}"),
+    ("host_peak_mib", "host peak MiB", "{:.0f}"),
+    ("gpu_peak_mib", "GPU peak MiB", "{:.0f}"),
+    ("estimate_mib", "estimate MiB", "{:.1f}"),
+    ("gflop_per_step", "GFLOP/step", "{:.3g}"),
+    ("gflops_per_s", "GFLOP/s", "{:.2f}"),
+    ("matmul_share", "% of matmul", "{:.1%}"),
+)
+TEXT_COLUMNS = ("variant", "phase")
+
+
+def format_header(report, matmul_rates, matmul_size):
+  rates = ", ".join(f"{precision} {rate:.1f} GFLOP/s" for precision, rate in matmul_rates.items())
+  return f"{report}\nmatmul {matmul_size}x{matmul_size}: {rates}"
+
+
+def format_table(rows):
+  """Aligned columns; those missing from a row (GPU peak without a GPU) are left out, as is the
+  phase column of a one-phase trainer."""
+  columns = [c for c in COLUMNS if all(c[0] in row for row in rows)]
+  if len({row.get("phase") for row in rows}) == 1:
+    columns = [c for c in columns if c[0] != "phase"]
+  cells = [[title for _, title, _ in columns]]
+  cells += [[fmt.format(row[key]) for key, _, fmt in columns] for row in rows]
+  widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+  return "\n".join("  ".join(cell.ljust(width) if key in TEXT_COLUMNS else cell.rjust(width)
+                             for (key, _, _), cell, width in zip(columns, line, widths))
+                   for line in cells)
+
+
+def format_trainer(result):
+  settings = result["settings"]
+  lines = [
+      f"== {result['trainer']} (preset {result['preset']}, batch {result['batch_size']}, "
+      f"{result['describe']})",
+      f"input pipeline alone: {result['input_images_per_s']:.1f} images/s",
+      f"evaluation (the trainer's predict function on {result['eval_images']} images held in "
+      "memory): " + ", ".join(f"{precision} {rate:.1f} images/s"
+                              for precision, rate in result["eval_images_per_s"].items()),
+      format_table(result["rows"]),
+  ]
+  lines += [f"{variant}: not run: {why}" for variant, why in result["not_run"].items()]
+  lines += [
+      f"(rates: medians of {settings['windows']} timed windows of "
+      + (f"{settings['steps']} steps" if settings["steps"] else
+         f"at least {settings['min_window_s']:g} s (1 step at least)")
+      + f" after warm-up; first step = tracing, compilation and one step; "
+      f"{result['seconds']:.0f} s in all)",
+      f"memory estimate of the preset's precision ({result['preset_precision']}, largest phase) "
+      f"against the {BUDGET_MB} MiB of a GTX 960M:",
+      result["preset_estimate_table"],
+  ]
+  for row in result["rows"]:
+    if "gpu_peak_mib" in row and row["variant"].split("+")[0] == result["preset_precision"]:
+      error = row["estimate_mib"] / row["gpu_peak_mib"] - 1
+      lines.append(f"  measured GPU peak ({row['variant']}, {row['phase']}): {row['gpu_peak_mib']:.1f} "
+                   f"MiB against the estimate {row['estimate_mib']:.1f} MiB ({error:+.0%})")
+  return "\n".join(lines)
+
+
+def _mib(value):
+  return "-" if value is None else f"{value / MIB:.1f}"
+
+
+def format_peers(peers):
+  lines = ["== peers"]
+  if "segmentation" in peers:
+    peer = peers["segmentation"]
+    lines.append("segmentation input pipeline vs " + (
+        f"skipped ({peer['skipped']})" if "skipped" in peer else
+        f"{peer['peer']}: ours {peer['ours_images_per_s']:.1f} images/s, peer "
+        f"{peer['peer_images_per_s']:.1f} images/s, ratio {peer['ratio']:.2f}x"))
+  if "inception_v4" in peers:
+    peer = peers["inception_v4"]
+    if "skipped" in peer:
+      lines.append(f"inception_v4 training step vs timm: skipped ({peer['skipped']})")
+    else:
+      ours = ", ".join(f"{v} {r:.2f} images/s ({peer['ratios'][v]:.2f}x)"
+                       for v, r in peer["ours_images_per_s"].items())
+      lines.append(f"inception_v4 training step, every layer trained, vs timm inception_v4 (torch "
+                   f"{peer['torch']}, timm {peer['timm']}, batch {peer['batch_size']}, "
+                   f"{peer['image_size']}x{peer['image_size']}, Adam, {peer['threads']} threads): "
+                   f"timm {peer['images_per_second']:.2f} images/s; ours (ours/timm): {ours}")
+  if "triplet" in peers:
+    lines.append("triplet loss + gradient on unit embeddings [B, 128], 4 per class, one process per "
+                 "side and row; peak = resident set high-water mark over the steps minus the "
+                 "resident size before the first (includes one-time allocations); largest tensor "
+                 "and all tensors = static sizes in our step's graph (loss and gradient)")
+    lines.append(f"{'loss':<11}{'B':>6}{'ours ms':>10}{'peer ms':>10}{'ours/peer':>10}"
+                 f"{'ours peak MiB':>15}{'peer peak MiB':>15}{'largest MiB':>13}{'all MiB':>10}")
+    for row in peers["triplet"]:
+      ours, peer = row["ours"], row["peer"]
+      if "skipped" in ours:
+        lines.append(f"{row['loss']:<11}{row['batch_size']:>6}  ours skipped: {ours['skipped']}")
+        continue
+      peer_ms = None if "skipped" in peer else 1000 * peer["seconds_per_step"]
+      speed = "-" if peer_ms is None else f"{peer_ms / (1000 * ours['seconds_per_step']):.2f}x"
+      lines.append(
+          f"{row['loss']:<11}{row['batch_size']:>6}{1000 * ours['seconds_per_step']:>10.1f}"
+          f"{'-' if peer_ms is None else f'{peer_ms:.1f}':>10}{speed:>10}"
+          f"{_mib(ours['step_peak_bytes']):>15}{_mib(peer.get('step_peak_bytes')):>15}"
+          f"{_mib(ours['largest_tensor_bytes']):>13}{_mib(ours['graph_tensor_bytes']):>10}")
+    skipped = {row["peer"]["skipped"] for row in peers["triplet"]
+               if "skipped" in row["peer"] and row["batch_size"] in TRIPLET_PEER_SIZES}
+    lines += [f"  peer skipped: {why}" for why in sorted(skipped)]
+    lines.append("  ours/peer > 1 means ours is faster")
+  return "\n".join(lines)
+
+
+def to_json(value):
+  """Results without the private (_) entries, for --json."""
+  if isinstance(value, dict):
+    return {k: to_json(v) for k, v in value.items() if not str(k).startswith("_")}
+  if isinstance(value, (list, tuple)):
+    return [to_json(v) for v in value]
+  if isinstance(value, (np.integer, np.floating)):
+    return value.item()
+  return value
+
+
+# The command line.
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("trainers", nargs="+", choices=TRAINERS + ("all",), metavar="TRAINER",
+                      help=f"one or more of {', '.join(TRAINERS)}, or all")
+  parser.add_argument("--preset", default=None, help="config preset: default, smoke, gtx960m")
+  parser.add_argument("--batch_size", type=int, default=0, help="overrides the preset's batch size")
+  parser.add_argument("--steps", type=int, default=0,
+                      help="timed steps per window (default: as many as fill --min_window_s)")
+  parser.add_argument("--min_window_s", type=float, default=0,
+                      help="least seconds per timed window when --steps is 0 (default 0.25 with "
+                           "the smoke preset, else 2)")
+  parser.add_argument("--windows", type=int, default=3, help="timed windows; rates are their medians")
+  parser.add_argument("--variants", default="",
+                      help=f"comma-separated subset of {','.join(VARIANTS)} (default: all; on a "
+                           "machine without a GPU all but mixed)")
+  parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="config override, e.g. --set data.image_size=150 (repeatable)")
+  parser.add_argument("--json", default="", help="also write the figures to this file")
+  parser.add_argument("--memory_limit_mb", type=int, default=0,
+                      help="make each GPU a logical device of this size (4096: a GTX 960M)")
+  parser.add_argument("--matmul_size", type=int, default=0,
+                      help="matmul size for the machine's rate (default 2048 on a CPU, 8192 on a GPU)")
+  parser.add_argument("--peers", action="store_true", help="add the side-by-side peer comparisons")
+  parser.add_argument("--threads", type=int, default=0,
+                      help="PyTorch peer threads (default: the CPUs this process may use)")
+  parser.add_argument("--peer_timeout_s", type=int, default=900)
+  parser.add_argument("--cache_dir", default=os.path.join(tempfile.gettempdir(), "benchmark-data"),
+                      help="where synthetic data is written once and reused")
+  args = parser.parse_args(argv)
+  args.trainers = list(TRAINERS) if "all" in args.trainers else list(dict.fromkeys(args.trainers))
+  args.variants = [v.strip() for v in args.variants.split(",") if v.strip()] or None
+  unknown = sorted(set(args.variants or ()) - set(VARIANTS))
+  if unknown:
+    parser.error(f"--variants {','.join(unknown)}: choose from {','.join(VARIANTS)}")
+  if min(args.windows, args.steps or 1, args.batch_size or 1) < 1:
+    parser.error("--windows, --steps and --batch_size must be positive")
+  return args
+
+
+def run_benchmark(args):
+  """Measures everything args asks for; returns the results and prints the tables."""
+  report = hardware.configure_devices(args.memory_limit_mb, memory_growth=True)
+  strategy = hardware.make_strategy()
+  if args.variants is None:
+    slow = () if gpu_device() else tuple(CPU_SLOW_VARIANTS)
+    args.variants = [v for v in VARIANTS if v not in slow]
+  size = args.matmul_size or (8192 if gpu_device() else 2048)
+  matmul_rates = {"float32": measure_matmul(size)}
+  if gpu_device():
+    matmul_rates["mixed"] = measure_matmul(size, "float16")
+  results = {"header": {"devices": report, "matmul_size": size, "matmul_gflops_per_s": matmul_rates},
+             "trainers": []}
+  print(format_header(report, matmul_rates, size), flush=True)
+  with tempfile.TemporaryDirectory(prefix="benchmark-") as workdir:
+    for trainer in args.trainers:
+      result = benchmark_trainer(trainer, args, strategy, matmul_rates, workdir)
+      results["trainers"].append(result)
+      print("\n" + format_trainer(result), flush=True)
+    if args.peers:
+      results["peers"] = run_peers(results["trainers"], args, strategy)
+      print("\n" + format_peers(results["peers"]), flush=True)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(to_json(results), f, indent=2)
+  return results
+
+
+def main(argv=None):
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  try:
+    run_benchmark(args)
+  except UserError as e:
+    cli.fail(str(e))
+
+
+if __name__ == "__main__":
+  main()
