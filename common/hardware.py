@@ -221,7 +221,8 @@ def device_report(memory_limit_mb=0):
   lines = [
       f"tensorflow {tf.__version__} ({cuda}), keras {keras.__version__}, "
       f"python {platform.python_version()}, {sys.platform} {platform.machine()}",
-      f"CPU: {os.cpu_count()} logical cores, TF_ENABLE_ONEDNN_OPTS={onednn}",
+      f"CPU: {cpu_name()}, {usable_cpus()} logical cores usable of {os.cpu_count()}, "
+      f"TF_ENABLE_ONEDNN_OPTS={onednn}",
   ]
   for gpu in list_gpus():
     if gpu.source != "tensorflow":
@@ -235,6 +236,25 @@ def device_report(memory_limit_mb=0):
   if len(lines) == 2:
     lines.append("GPU: none; training runs on the CPU")
   return "\n".join(lines)
+
+
+def cpu_name():
+  """The CPU's model name (/proc/cpuinfo on Linux), else what the platform module says."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown model"
+
+
+def usable_cpus():
+  """Logical cores this process may run on (a container or taskset can allow fewer than exist)."""
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count()
 
 
 def set_determinism(seed, deterministic):

@@ -531,7 +531,7 @@ def peer_triplet(threads, timeout_s):
 
 def run_peers(results, args, strategy):
   peers = {}
-  threads = args.threads or len(os.sched_getaffinity(0))
+  threads = args.threads or hardware.usable_cpus()
   for result in results:
     name = result["trainer"]
     progress(f"{name}: peers")

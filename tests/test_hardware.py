@@ -1,4 +1,6 @@
 """Tests for common/hardware.py: kernel check (pure), device report, determinism."""
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -90,7 +92,8 @@ def test_configure_devices_reports_on_cpu(monkeypatch):
   monkeypatch.setattr(hardware, "query_nvidia_smi", lambda: [])
   report = hardware.configure_devices(memory_limit_mb=0, memory_growth=True)
   assert f"tensorflow {tf.__version__}" in report
-  assert "logical cores" in report
+  assert f"{hardware.usable_cpus()} logical cores usable of {os.cpu_count()}" in report
+  assert hardware.cpu_name() in report
   if not tf.config.list_physical_devices("GPU"):
     assert "GPU: none" in report
 
