@@ -3,6 +3,7 @@
   python scripts/benchmark.py segmentation --preset smoke
   python scripts/benchmark.py all --preset smoke --peers --json results.json
   python scripts/benchmark.py inception_v4 --preset gtx960m --memory_limit_mb 4096
+  python scripts/benchmark.py all --preset gtx960m --estimate_only
 
 For each trainer, with its config preset, the table has a row per variant
 (float32 and mixed_float16, each without and with XLA) and, for a trainer
@@ -31,6 +32,7 @@ input pipeline. The PyTorch peers run in their own virtual environment
 import argparse
 import ast
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -65,7 +67,7 @@ BUDGET_MB = 4096  # the GTX 960M
 TRIPLET_PEER_SIZES = (128, 512, 1024)
 TRIPLET_GROWTH_SIZES = (256, 512, 1024)
 TRIPLET_PEER_LOSSES = (("batch_hard", "batch_hard"), ("semi_hard", "semihard"))
-WARMUP_STEPS = 1
+WARMUP_STEPS = 1  # the first step, which traces and compiles
 INPUT_WARMUP_BATCHES = 5
 MAX_AUTO_STEPS = 2000
 # Left out on a machine without a GPU unless --variants names them.
@@ -302,14 +304,15 @@ def measure_eval(predict_fn, inputs, settings):
 def time_train_step(train_step, batches, settings):
   """(seconds of the first step, with tracing and compilation; median seconds per step; steps
   per window)."""
-  position = iter(range(1 << 62))
+  batches = itertools.cycle(batches)
 
   def run_step():
-    metrics = train_step(batches[next(position) % len(batches)])
+    metrics = train_step(next(batches))
     float(metrics["loss"])  # waits for the step, as the training loop does
 
+  # The first step is the warm-up (WARMUP_STEPS); it is timed on its own.
   first = measure.time_windows(run_step, 0, windows=1, steps_per_window=1)[0]
-  return (first, *time_steps(run_step, settings, WARMUP_STEPS - 1))
+  return (first, *time_steps(run_step, settings, warmup_steps=0))
 
 
 def precision_config(config, mixed):
@@ -698,6 +701,8 @@ def parse_args(argv):
   parser.add_argument("--matmul_size", type=int, default=0,
                       help="matmul size for the machine's rate (default 2048 on a CPU, 8192 on a GPU)")
   parser.add_argument("--peers", action="store_true", help="add the side-by-side peer comparisons")
+  parser.add_argument("--estimate_only", action="store_true",
+                      help="print only the memory estimate of each phase against 4 GB (no timing)")
   parser.add_argument("--threads", type=int, default=0,
                       help="PyTorch peer threads (default: the CPUs this process may use)")
   parser.add_argument("--peer_timeout_s", type=int, default=900)
@@ -714,9 +719,44 @@ def parse_args(argv):
   return args
 
 
+def estimate_trainer(trainer, args, workdir):
+  """The memory estimate of each phase of the preset, in its own precision; nothing is timed."""
+  config = load_config(trainer, args.preset, args.set, args.batch_size)
+  config.data.cache_dir = config.data.cache_dir or os.path.join(args.cache_dir, trainer)
+  workload = LOADERS[trainer](config, os.path.join(workdir, trainer))
+  keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
+  model = workload.build_model()
+  input_shapes = [tuple(next(iter(workload.train))[0].shape[1:])]
+  lines = [f"== {trainer} (preset {args.preset or 'default'}, batch {config.train.batch_size}, "
+           f"{workload.describe})"]
+  estimates = {}
+  for phase in workload.make_phases(config, model):
+    if phase.prepare:
+      phase.prepare()
+    estimate = memory_estimate.estimate(model, config.train.batch_size, config.mixed_precision,
+                                        input_shapes=input_shapes)
+    estimates[phase.name] = dataclasses.asdict(estimate) | {"total": estimate.total}
+    lines += [f"phase {phase.name}:", estimate.format_table(budget_bytes=BUDGET_MB * MIB)]
+  keras.mixed_precision.set_global_policy("float32")
+  return {"trainer": trainer, "preset": args.preset or "default", "estimates": estimates}, "\n".join(lines)
+
+
+def run_estimates(args):
+  """--estimate_only: the memory estimates against the 4 GB budget, no GPU needed."""
+  results = {"trainers": []}
+  with tempfile.TemporaryDirectory(prefix="benchmark-") as workdir:
+    for trainer in args.trainers:
+      result, text = estimate_trainer(trainer, args, workdir)
+      results["trainers"].append(result)
+      print(text, flush=True)
+  return results
+
+
 def run_benchmark(args):
   """Measures everything args asks for; returns the results and prints the tables."""
   report = hardware.configure_devices(args.memory_limit_mb, memory_growth=True)
+  if args.estimate_only:
+    return _write_json(run_estimates(args), args.json)
   strategy = hardware.make_strategy()
   if args.variants is None:
     slow = () if gpu_device() else tuple(CPU_SLOW_VARIANTS)
@@ -736,8 +776,12 @@ def run_benchmark(args):
     if args.peers:
       results["peers"] = run_peers(results["trainers"], args, strategy)
       print("\n" + format_peers(results["peers"]), flush=True)
-  if args.json:
-    with open(args.json, "w") as f:
+  return _write_json(results, args.json)
+
+
+def _write_json(results, path):
+  if path:
+    with open(path, "w") as f:
       json.dump(to_json(results), f, indent=2)
   return results
 

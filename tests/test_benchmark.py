@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from common import flops
+from common import memory_estimate
 from scripts import benchmark
 from scripts.peers import peer_runner
 from scripts.peers import tf_triplet_step
@@ -172,6 +173,25 @@ def test_segmentation_benchmark_columns_are_positive(tmp_path, capsys):
   written = json.loads(json_path.read_text())
   assert written["trainers"][0]["rows"] == json.loads(json.dumps(result["rows"]))
   assert "_workload" not in written["trainers"][0]
+
+
+@pytest.mark.parametrize("trainer", ["segmentation", "triplet"])
+def test_gtx960m_presets_fit_4gb_by_the_estimate(trainer):
+  # Inception V4's preset is checked in tests/test_inception_train.py.
+  config = benchmark.load_config(trainer, "gtx960m", [], batch_size=0)
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  if trainer == "segmentation":
+    from segmentation import train  # pylint: disable=g-import-not-at-top
+    model = train.build_model_from_config(config, config.data.num_classes)
+    shape = (config.data.patch_size, config.data.patch_size, 3)
+  else:
+    from triplet import evaluate, train  # pylint: disable=g-import-not-at-top
+    model = train.build_training_model(config, evaluate.build_embedding_model_from_config(config), 10)
+    shape = (config.data.crop_size, config.data.crop_size, 3)
+  estimate = memory_estimate.estimate(model, config.train.batch_size, config.mixed_precision,
+                                      input_shapes=[shape])
+  assert config.mixed_precision
+  assert estimate.total < benchmark.BUDGET_MB * memory_estimate.MIB
 
 
 def test_unknown_variant_is_refused():
