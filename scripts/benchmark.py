@@ -112,7 +112,8 @@ def make_single_phase(config, model):
                            train_loop.make_optimizer(config.optimizer, config.mixed_precision))]
 
 
-# The trainers, through their own config files and functions.
+# The trainers, through their own config files and functions. Each loader imports its trainer
+# itself, so that benchmarking one trainer needs nothing from the others.
 
 
 def load_config(trainer, preset, overrides, batch_size):
@@ -267,15 +268,18 @@ def time_steps(step, settings, warmup_steps):
   """(median seconds per step over the timed windows, steps per window) after warm-up steps.
 
   With settings.steps == 0 a window holds as many steps as fill
-  settings.min_window_s, judged from one step.
+  settings.min_window_s, judged from one step (which counts as the first
+  window when one step fills it).
   """
   for _ in range(warmup_steps):
     step()
-  steps = settings.steps
+  steps, seconds = settings.steps, []
   if not steps:
     probe = measure.time_windows(step, 0, windows=1, steps_per_window=1)[0]
     steps = max(1, min(MAX_AUTO_STEPS, math.ceil(settings.min_window_s / max(probe, 1e-9))))
-  seconds = measure.time_windows(step, 0, settings.windows, steps)
+    if steps == 1:  # the probe is a full window already
+      seconds.append(probe)
+  seconds += measure.time_windows(step, 0, settings.windows - len(seconds), steps)
   return measure.median(seconds), steps
 
 
