@@ -4,11 +4,13 @@ A UserError (bad config key or value, unreadable file, wrong checkpoint) ends
 the program with one line on stderr and exit code 2; an interrupted run exits
 128 + the signal number after its checkpoint is written.
 """
+import logging as std_logging
 import os
 import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 
 from common import config as config_lib
@@ -74,10 +76,20 @@ def _parse_flags(argv):
   return argv[:1]
 
 
+def _quiet_tensorflow_info(record):
+  """TensorFlow's own INFO lines (checkpoint sharding, SavedModel assets) would drown the progress lines."""
+  return record.levelno >= std_logging.WARNING or _TENSORFLOW_DIR not in record.pathname
+
+
+_TENSORFLOW_DIR = f"{os.sep}tensorflow{os.sep}"
+
+
 def run(main):
   """Runs `main(argv)` under absl: user errors exit 2, divergence 3, a signal 128 + its number."""
 
   def guarded_main(argv):
+    logging.get_absl_handler().addFilter(_quiet_tensorflow_info)
+    std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
     try:
       if "config" in flags.FLAGS:
         config_lib.validate_config(flags.FLAGS.config)
