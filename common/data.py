@@ -169,11 +169,6 @@ def int64_feature(values):
   return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
 
 
-def float_feature(values):
-  values = values if isinstance(values, (list, tuple)) else [values]
-  return tf.train.Feature(float_list=tf.train.FloatList(value=values))
-
-
 def make_example(features):
   """{key: tf.train.Feature} -> a serialized tf.train.Example."""
   return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
