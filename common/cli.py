@@ -32,6 +32,16 @@ def define_flags(default_config, default_workdir):
   return config_flag, workdir_flag
 
 
+def define_evaluation_flags():
+  """--saved_model and --report_dir, the flags every evaluation CLI adds to define_flags()'s."""
+  saved_model = flags.DEFINE_string(
+      "saved_model", None, "Evaluate this SavedModel instead of the newest checkpoint in --workdir.")
+  report_dir = flags.DEFINE_string(
+      "report_dir", None, "Where the evaluation report goes (ROC curve, confusion matrix); "
+      "default <workdir>/eval.")
+  return saved_model, report_dir
+
+
 def _check_config_args(default_config, argv):
   """A missing config file or a typo in --config.some.key is one line, not a traceback.
 
@@ -70,10 +80,9 @@ def fail(message, code=EXIT_USER_ERROR):
 def _parse_flags(argv):
   """absl's parser, with config errors turned into one line and exit code 2."""
   try:
-    flags.FLAGS(argv)
+    return flags.FLAGS(argv)  # the program name and the positional arguments (predict's files)
   except Exception as e:  # flags.Error, or an error raised inside the config file.
     fail(str(_user_error_in(e) or e))
-  return argv[:1]
 
 
 def _quiet_tensorflow_info(record):
@@ -91,8 +100,6 @@ def run(main):
     logging.get_absl_handler().addFilter(_quiet_tensorflow_info)
     std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
     try:
-      if "config" in flags.FLAGS:
-        config_lib.validate_config(flags.FLAGS.config)
       return main(argv)
     except UserError as e:
       fail(str(e))

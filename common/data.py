@@ -8,13 +8,17 @@ import collections
 import concurrent.futures
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
+import zlib
 
 from absl import logging
 import numpy as np
 from PIL import Image
 import tensorflow as tf
 
+from common.errors import ConfigError
 from common.errors import DataError
 
 # Formats that both PIL and tf.io.decode_image read, so a file PIL accepts up
@@ -40,6 +44,74 @@ _RAW_DTYPES = {
 
 class UndecodableFileError(DataError):
   """A file that does not decode; `skip_bad_files` may skip it."""
+
+
+# What the trainers' data sources share.
+
+
+def required(data_cfg, key):
+  """data_cfg[key], which the configured data.source needs; a ConfigError when it is empty."""
+  if not data_cfg[key]:
+    raise ConfigError(f"data.{key} must be set for data.source='{data_cfg.source}'")
+  return data_cfg[key]
+
+
+def synthetic_cache_dir(data_cfg, workdir):
+  """Where synthetic data is written: data.cache_dir, else <workdir>/data."""
+  cache_dir = data_cfg.cache_dir or (os.path.join(workdir, "data") if workdir else None)
+  if not cache_dir:
+    raise ConfigError("data.cache_dir (or a workdir) is needed to write the synthetic data")
+  return cache_dir
+
+
+def write_once(cache_dir, name, write_fn):
+  """cache_dir/name, written by write_fn(folder) the first time only; returns its path.
+
+  The set is written to a temporary folder and renamed, so an interrupted run
+  leaves no half set; the name should hold every parameter of the set.
+  """
+  root = os.path.join(cache_dir, name)
+  if not os.path.isdir(root):
+    os.makedirs(cache_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir)
+    write_fn(staging)
+    try:
+      os.rename(staging, root)
+    except OSError:  # another process wrote the same set first
+      shutil.rmtree(staging)
+    logging.info("wrote %s", root)
+  return root
+
+
+def split_by_hash(examples, eval_fraction, path_fn, group_fn=None):
+  """(train, eval): in each group, the examples whose file names hash lowest go to eval.
+
+  The split depends on file names only, not on the seed or the other files,
+  so runs with different seeds are evaluated on the same images. Each group
+  (a class, say; one group if group_fn is None) of two or more examples gives
+  at least one to eval and keeps at least one for training.
+  """
+  groups = collections.defaultdict(list)
+  for example in examples:
+    groups[group_fn(example) if group_fn else None].append(example)
+  eval_set = set()
+  for members in groups.values():
+    if len(members) < 2:
+      continue
+    num_eval = min(max(int(round(len(members) * eval_fraction)), 1), len(members) - 1)
+    ranked = sorted(members, key=lambda e: zlib.crc32(os.path.basename(path_fn(e)).encode()))
+    eval_set.update(ranked[:num_eval])
+  return [e for e in examples if e not in eval_set], [e for e in examples if e in eval_set]
+
+
+def pad_to_multiple(tensor, multiple, value=0, axis=0):
+  """Pads axes `axis` and `axis + 1` (height, width) at the end to multiples of `multiple`."""
+  shape = tf.shape(tensor)
+  pad_h, pad_w = (-shape[axis]) % multiple, (-shape[axis + 1]) % multiple
+  rank = tf.rank(tensor)
+  paddings = tf.concat([tf.zeros([axis, 2], tf.int32), [[0, pad_h], [0, pad_w]],
+                        tf.zeros([rank - axis - 2, 2], tf.int32)], axis=0)
+  return tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
 
 
 # Listing and checking files.

@@ -58,15 +58,16 @@ class Phase:
   prepare: Optional[Callable[[], None]] = None
 
 
-def prepare_run(config, workdir):
-  """Devices, determinism, precision policy and the resolved config; returns the strategy.
+def prepare_run(config):
+  """Checks the shared config, then devices, determinism and precision policy; returns the strategy.
 
-  Call before building the model: the precision policy applies to layers built after it.
+  Call first, before any TensorFlow op (GPU options cannot change after) and
+  before building the model (the precision policy applies to layers built after it).
   """
+  config_lib.validate_config(config)
   hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth)
   hardware.set_determinism(config.seed, config.deterministic)
   keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
-  config_lib.write_config(config, workdir)
   return hardware.make_strategy()
 
 
@@ -221,25 +222,25 @@ class _SignalFlag:
 class _Run:
   """State of one call to `train`: what the loop reads and writes between steps."""
 
-  def __init__(self, config, workdir, strategy, model, train_dataset, phases, evaluate_fn,
-               image_summaries_fn):
+  def __init__(self, config, workdir, strategy, model, phases, task):
     self.config = config
     self.workdir = workdir
     self.strategy = strategy
     self.model = model
     self.phases = phases
-    self.evaluate_fn = evaluate_fn
-    self.image_summaries_fn = image_summaries_fn
+    self.evaluate_fn = task.make_evaluate_fn(model)
+    self.image_summaries_fn = task.image_summaries_fn
     self.total_steps = sum(p.num_steps for p in phases)
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     self.nonfinite_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
     if config.train.batch_size % strategy.num_replicas_in_sync:
       raise ConfigError(f"train.batch_size={config.train.batch_size} is not divisible by the "
                         f"{strategy.num_replicas_in_sync} replicas")
-    self.iterator = iter(train_dataset)
+    self.iterator = iter(task.train_dataset)
     self.train_summaries = summaries_lib.SummaryBudget(os.path.join(workdir, "train"), config.summaries)
     self.eval_summaries = summaries_lib.SummaryBudget(os.path.join(workdir, "eval"), config.summaries)
     self.last_eval = {}
+    self.last_evaluation = None
     self.last_train = {}
     self.consecutive_nonfinite = 0
     self._probe = None
@@ -276,16 +277,19 @@ class _Run:
     return self._probe
 
 
-def train(config, workdir, *, strategy, model, train_dataset, loss_fn, phases, evaluate_fn=None,
-          image_summaries_fn=None):
+def train(config, workdir, *, strategy, model, phases, task):
   """Trains `model` through `phases` and returns the final metrics (also in workdir/metrics.json).
 
-  loss_fn(model, batch, training) -> (scalar float32 loss of this replica's batch, {name: scalar}).
-  evaluate_fn(model) -> {name: float}. image_summaries_fn(model, batch) -> {name: images in [0, 1]}.
-  Batches are (inputs, targets) tuples. Resumes from the newest checkpoint in workdir.
+  From the task (common/task.py) the loop takes the training dataset of
+  (inputs, targets) batches, the loss function, the evaluation and the image
+  summaries. Resumes from the newest checkpoint in workdir; the resolved config
+  is written after the checkpoint is known to fit, and the final evaluation's
+  report goes to workdir/eval.
   """
-  run = _Run(config, workdir, strategy, model, train_dataset, phases, evaluate_fn, image_summaries_fn)
+  run = _Run(config, workdir, strategy, model, phases, task)
   run.restore()
+  config_lib.write_config(config, workdir)
+  loss_fn = task.loss_fn
   start_time = time.time()
   start_step = int(run.step)
   with _SignalFlag() as signals, diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
@@ -299,6 +303,8 @@ def train(config, workdir, *, strategy, model, train_dataset, loss_fn, phases, e
   if int(run.step) > start_step or not run.manager.latest_checkpoint:
     run.save()
   results = _write_metrics(run, time.time() - start_time, int(run.step) - start_step)
+  if run.last_evaluation:
+    run.last_evaluation.write(os.path.join(workdir, "eval"))
   run.train_summaries.close()
   run.eval_summaries.close()
   return results
@@ -435,11 +441,10 @@ def _write_heavy_summaries(run, step, batch):
 
 
 def _evaluate(run):
-  if run.evaluate_fn is None:
-    return
   step = int(run.step)
   started = time.time()
-  results = {name: float(value) for name, value in run.evaluate_fn(run.model).items()}
+  run.last_evaluation = run.evaluate_fn()
+  results = {name: float(value) for name, value in run.last_evaluation.metrics.items()}
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
   run.eval_summaries.write_scalars(step, results)

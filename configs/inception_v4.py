@@ -88,7 +88,7 @@ def get_config(preset=None):
           "data.synthetic_images_per_class": 20, "data.synthetic_image_size": 64,
           "data.min_class_count": 5,
       },
-      # common/memory_estimate.py puts phase 2 at batch 16 at about 2.9 GB and batch 24 at
+      # scripts/memory_estimate.py puts phase 2 at batch 16 at about 2.9 GB and batch 24 at
       # about 4.0 GB (tests/test_inception_train.py checks it); not yet measured on a GTX 960M.
       "gtx960m": {
           "mixed_precision": True, "train.batch_size": 16, "data.eval_batch_size": 16,

@@ -4,8 +4,9 @@ Every source becomes the same two pipelines:
   train: endless, shuffled with the seed, optionally oversampling rare classes,
     Inception training distortions seeded per element; yields
     (float32 images [B, S, S, 3] in [-1, 1], int32 class ids [B]).
-  eval: one pass in order, slim's evaluation preprocessing; same element types
-    (or uint8 images, for a SavedModel that preprocesses inside).
+  eval: one pass in order, slim's evaluation preprocessing; same element types.
+  raw_eval: the same pass of uint8 images as decoded, for a SavedModel that
+    preprocesses inside.
 
 Labels are checked before training starts: a label outside 0..num_classes-1,
 one-hot labels, an unreadable or undecodable image (unless data.skip_bad_files)
@@ -15,10 +16,8 @@ TF-Slim's format (`<id>:<name>` per line), written to the workdir.
 import collections
 import csv
 import dataclasses
+import operator
 import os
-import shutil
-import tempfile
-import zlib
 
 from absl import logging
 import numpy as np
@@ -40,6 +39,8 @@ TFRECORD_FEATURES = {
     "image/format": tf.io.FixedLenFeature([], tf.string, default_value="jpeg"),
     "image/class/label": tf.io.VarLenFeature(tf.int64),
 }
+# An example of an image file is (path, class id); the eval split is per class.
+_PATH_AND_CLASS = (operator.itemgetter(0), operator.itemgetter(1))
 # Bump when the synthetic drawing changes, so that cached images are redrawn.
 _SYNTHETIC_VERSION = 1
 
@@ -50,7 +51,8 @@ class ClassificationData:
 
   Attributes:
     train: endless dataset of (float32 [B, S, S, 3] in [-1, 1], int32 [B]).
-    eval: one pass of (images [B, S, S, 3], int32 [B]); uint8 of any size with uint8_eval.
+    eval: one pass of (float32 images [B, S, S, 3], int32 [B]).
+    raw_eval: one pass of (uint8 images [1, H, W, 3] as decoded, int32 [1]), in eval's order.
     num_classes: number of classes; ids are 0..num_classes-1.
     class_names: a name per class id.
     train_counts: training images per class (int64 [num_classes]).
@@ -58,6 +60,7 @@ class ClassificationData:
   """
   train: tf.data.Dataset
   eval: tf.data.Dataset
+  raw_eval: tf.data.Dataset
   num_classes: int
   class_names: tuple
   train_counts: np.ndarray
@@ -69,15 +72,14 @@ class ClassificationData:
 _Source = collections.namedtuple("_Source", ["read", "counts"])
 
 
-def make_datasets(data_cfg, batch_size, seed, workdir=None, uint8_eval=False):
-  """Builds the train and eval pipelines of the configured source.
+def make_datasets(data_cfg, batch_size, seed, workdir=None):
+  """Builds the train and eval pipelines of the configured source, checking its files once.
 
   Args:
     data_cfg: the config's `data` section (configs/inception_v4.py).
     batch_size: training images per batch.
     seed: seeds synthetic images, shuffles, oversampling and distortions.
     workdir: where labels.txt, class_balance.csv and synthetic images go.
-    uint8_eval: eval images stay uint8 and unresized (for a SavedModel).
   """
   _check_config(data_cfg)
   class_names, train_source, eval_source = _make_sources(data_cfg, seed, workdir)
@@ -91,10 +93,10 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None, uint8_eval=False):
     write_class_balance(balance_path, train_source.counts, class_names, data_cfg.min_class_count)
     logging.info("training images per class: %s", balance_path)
   train = _make_train(train_source, data_cfg, batch_size, seed)
-  evaluation = _make_eval(eval_source, data_cfg, uint8_eval)
   logging.info("classification data: %s, %d train and %d eval images, %d classes", data_cfg.source,
                train_source.counts.sum(), eval_source.counts.sum(), num_classes)
-  return ClassificationData(train=train, eval=evaluation, num_classes=num_classes,
+  return ClassificationData(train=train, eval=_make_eval(eval_source, data_cfg, False),
+                            raw_eval=_make_eval(eval_source, data_cfg, True), num_classes=num_classes,
                             class_names=tuple(class_names), train_counts=train_source.counts,
                             num_eval=int(eval_source.counts.sum()))
 
@@ -115,12 +117,6 @@ def _check_config(cfg):
     raise ConfigError(f"data.oversample_to must be >= 0 (0 = off), got {cfg.oversample_to}")
 
 
-def _required(cfg, key):
-  if not cfg[key]:
-    raise ConfigError(f"data.{key} must be set for data.source='{cfg.source}'")
-  return cfg[key]
-
-
 def _make_sources(cfg, seed, workdir):
   """(class names, train source, eval source) of the configured kind."""
   if cfg.source == "tfrecord":
@@ -128,13 +124,11 @@ def _make_sources(cfg, seed, workdir):
   if cfg.source == "csv":
     return _csv_sources(cfg)
   if cfg.source == "synthetic":
-    cache_dir = cfg.cache_dir or (os.path.join(workdir, "data") if workdir else None)
-    if not cache_dir:
-      raise ConfigError("data.cache_dir (or a workdir) is needed to write the synthetic images")
     train_dir, eval_dir = write_synthetic_classes(
-        cache_dir, seed, cfg.num_classes, cfg.synthetic_images_per_class, cfg.synthetic_image_size)
+        common_data.synthetic_cache_dir(cfg, workdir), seed, cfg.num_classes,
+        cfg.synthetic_images_per_class, cfg.synthetic_image_size)
     return _folder_sources(train_dir, eval_dir, cfg)
-  return _folder_sources(_required(cfg, "train_dir"), cfg.eval_dir, cfg)
+  return _folder_sources(common_data.required(cfg, "train_dir"), cfg.eval_dir, cfg)
 
 
 # Labels files and the class-balance report.
@@ -207,24 +201,6 @@ def list_class_folders(root):
   return names, examples
 
 
-def split_by_hash(examples, eval_fraction):
-  """(train, eval): per class, the images whose names hash lowest go to eval (at least one).
-
-  The split depends on file names only, so runs with other seeds evaluate on the same images.
-  """
-  by_class = collections.defaultdict(list)
-  for example in examples:
-    by_class[example[1]].append(example)
-  eval_set = set()
-  for class_examples in by_class.values():
-    if len(class_examples) < 2:
-      continue  # a class with one image trains on it
-    num_eval = min(max(int(round(len(class_examples) * eval_fraction)), 1), len(class_examples) - 1)
-    ranked = sorted(class_examples, key=lambda e: zlib.crc32(os.path.basename(e[0]).encode()))
-    eval_set.update(ranked[:num_eval])
-  return [e for e in examples if e not in eval_set], [e for e in examples if e in eval_set]
-
-
 def _folder_sources(train_dir, eval_dir, cfg):
   class_names, examples = list_class_folders(train_dir)
   if eval_dir:
@@ -233,7 +209,7 @@ def _folder_sources(train_dir, eval_dir, cfg):
       extra = sorted(set(eval_names) ^ set(class_names))
       raise DataError(f"{eval_dir}: class folders differ from {train_dir}'s (e.g. {extra[0]})")
   else:
-    examples, eval_examples = split_by_hash(examples, cfg.eval_fraction)
+    examples, eval_examples = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
   class_names = _check_num_classes(cfg, class_names, train_dir)
   return (class_names, _files_source(examples, len(class_names), cfg.skip_bad_files),
           _files_source(eval_examples, len(class_names), cfg.skip_bad_files))
@@ -305,15 +281,15 @@ def _is_int(text):
 
 
 def _csv_sources(cfg):
-  path = _required(cfg, "csv_path")
-  rows = read_label_csv(path, _required(cfg, "images_dir"), cfg.image_extension)
+  path = common_data.required(cfg, "csv_path")
+  rows = read_label_csv(path, common_data.required(cfg, "images_dir"), cfg.image_extension)
   given_names = read_labels_file(cfg.labels_file) if cfg.labels_file else None
   if not given_names and cfg.num_classes < 2 and all(_is_int(label) for _, label in rows):
     raise ConfigError(f"{path} has integer labels: set data.num_classes or data.labels_file")
   class_names, ids = labels_to_ids([label for _, label in rows], given_names, cfg.num_classes, path)
   class_names = _check_num_classes(cfg, class_names, path)
   examples = [(image, class_id) for (image, _), class_id in zip(rows, ids)]
-  train, evaluation = split_by_hash(examples, cfg.eval_fraction)
+  train, evaluation = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
   return (class_names, _files_source(train, len(class_names), cfg.skip_bad_files),
           _files_source(evaluation, len(class_names), cfg.skip_bad_files))
 
@@ -355,32 +331,24 @@ def write_synthetic_classes(cache_dir, seed, num_classes, images_per_class, size
   """Writes class folders of synthetic JPEGs once; returns (train_dir, eval_dir).
 
   A fifth of each class (at least one image) goes to eval. The folder name
-  holds every parameter, so other settings write their own set; a set is
-  written to a temporary folder and renamed, so an interrupted run leaves none.
+  holds every parameter, so other settings write their own set.
   """
   if images_per_class < 2:
     raise ConfigError(f"data.synthetic_images_per_class must be >= 2, got {images_per_class}")
   name = (f"synthetic-classes-v{_SYNTHETIC_VERSION}-seed{seed}-classes{num_classes}-"
           f"images{images_per_class}-size{size}")
-  root = os.path.join(cache_dir, name)
-  if not os.path.isdir(root):
-    os.makedirs(cache_dir, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir)
+
+  def draw(root):
     num_eval = max(images_per_class // 5, 1)
     for class_id in range(num_classes):
       rng = np.random.default_rng([seed, class_id])
       for index in range(images_per_class):
-        split = "eval" if index < num_eval else "train"
-        folder = os.path.join(staging, split, f"class_{class_id:03d}")
+        folder = os.path.join(root, "eval" if index < num_eval else "train", f"class_{class_id:03d}")
         os.makedirs(folder, exist_ok=True)
         image = draw_synthetic_image(class_id, num_classes, size, rng)
         Image.fromarray(image).save(os.path.join(folder, f"{index:04d}.jpg"), quality=90)
-    try:
-      os.rename(staging, root)
-    except OSError:  # another process wrote the same set first
-      shutil.rmtree(staging)
-    logging.info("wrote %d synthetic images of %d classes to %s", num_classes * images_per_class,
-                 num_classes, root)
+
+  root = common_data.write_once(cache_dir, name, draw)
   return os.path.join(root, "train"), os.path.join(root, "eval")
 
 
@@ -445,8 +413,8 @@ def _tfrecord_sources(cfg):
 
     return _Source(read, counts)
 
-  return (class_names, source(_required(cfg, "train_pattern")),
-          source(_required(cfg, "eval_pattern")))
+  return (class_names, source(common_data.required(cfg, "train_pattern")),
+          source(common_data.required(cfg, "eval_pattern")))
 
 
 # The pipelines every source shares.

@@ -75,6 +75,11 @@ def end_point(model, name):
   return model.get_layer(layer_name).output
 
 
+def main_logits(outputs):
+  """The main logits of the model's outputs ([logits, aux_logits] with the aux head)."""
+  return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+
+
 def inception_v4(num_classes=1001, input_shape=(299, 299, 3), aux_logits=True,
                  dropout_rate=0.2, weight_decay=4e-5, include_top=True,
                  hidden_units=0, hidden_l2=0.0, hidden_dropout_rate=0.0,

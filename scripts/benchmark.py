@@ -14,8 +14,8 @@ with several phases (Inception V4: head, then unfrozen blocks), per phase:
       pipeline beforehand, so that input time is not in it;
   host peak MiB   the process's resident set high-water mark during the row;
   GPU peak MiB    TensorFlow's allocator peak during the row (with a GPU);
-  estimate MiB    common/memory_estimate for the row (no GPU needed);
-  GFLOP/step, GFLOP/s, % of matmul  the step's counted FLOPs (common/flops),
+  estimate MiB    scripts/memory_estimate.py for the row (no GPU needed);
+  GFLOP/step, GFLOP/s, % of matmul  the step's counted FLOPs (scripts/flops.py),
       per second, as a share of the machine's large float32 matmul rate
       (float16 for mixed rows on a GPU).
 Above the table: the input pipeline alone (images/s) and evaluation with the
@@ -32,6 +32,7 @@ input pipeline. The PyTorch peers run in their own virtual environment
 import argparse
 import ast
 import dataclasses
+import importlib
 import itertools
 import json
 import math
@@ -40,7 +41,6 @@ import pathlib
 import sys
 import tempfile
 import time
-from typing import Callable
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -52,16 +52,20 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from common import cli  # pylint: disable=g-import-not-at-top
 from common import config as config_lib  # pylint: disable=g-import-not-at-top
-from common import flops as flops_lib  # pylint: disable=g-import-not-at-top
 from common import hardware  # pylint: disable=g-import-not-at-top
-from common import memory_estimate  # pylint: disable=g-import-not-at-top
 from common import train_loop  # pylint: disable=g-import-not-at-top
 from common.errors import ConfigError  # pylint: disable=g-import-not-at-top
 from common.errors import UserError  # pylint: disable=g-import-not-at-top
+from scripts import flops as flops_lib  # pylint: disable=g-import-not-at-top
+from scripts import memory_estimate  # pylint: disable=g-import-not-at-top
 from scripts.peers import measure  # pylint: disable=g-import-not-at-top
 from scripts.peers import peer_runner  # pylint: disable=g-import-not-at-top
 
-TRAINERS = ("segmentation", "triplet", "inception_v4")
+# trainer: (its config module, its task module). They are imported when the trainer is
+# benchmarked, so that benchmarking one trainer needs nothing from the others.
+TRAINERS = {"segmentation": ("configs.segmentation", "segmentation.task"),
+            "triplet": ("configs.triplet", "triplet.task"),
+            "inception_v4": ("configs.inception_v4", "inception_finetune.task")}
 VARIANTS = ("float32", "float32+xla", "mixed", "mixed+xla")
 BUDGET_MB = 4096  # the GTX 960M
 TRIPLET_PEER_SIZES = (128, 512, 1024)
@@ -80,47 +84,12 @@ CPU_SLOW_VARIANTS = {
 MIB = memory_estimate.MIB
 
 
-@dataclasses.dataclass
-class Workload:
-  """What the benchmark needs from a trainer, built by the trainer's own functions.
-
-  Attributes:
-    train: the trainer's training pipeline, (inputs, targets) batches.
-    eval_inputs: a few evaluation input batches, held in memory.
-    build_model: builds the training model under the current precision policy.
-    make_phases: make_phases(config, model) -> the trainer's train_loop.Phase list
-      (optimizer and trainable set of each), for a config of the precision measured.
-    loss_fn: the trainer's loss_fn(model, batch, training).
-    make_predict_fn: the trainer's evaluation forward pass, predict_fn(inputs).
-    describe: a few words on the data (sizes).
-    input_files: (image path, mask path) pairs for the PIL peer, or None.
-  """
-  train: tf.data.Dataset
-  eval_inputs: list
-  build_model: Callable[[], keras.Model]
-  make_phases: Callable
-  loss_fn: Callable
-  make_predict_fn: Callable
-  describe: str
-  input_files: list = None
-
-
-def make_single_phase(config, model):
-  """The one phase of a trainer that trains every layer with one optimizer."""
-  del model
-  return [train_loop.Phase("train", config.train.num_steps,
-                           train_loop.make_optimizer(config.optimizer, config.mixed_precision))]
-
-
-# The trainers, through their own config files and functions. Each loader imports its trainer
-# itself, so that benchmarking one trainer needs nothing from the others.
+# The trainers, through their own config files and tasks.
 
 
 def load_config(trainer, preset, overrides, batch_size):
   """The trainer's config with the preset, KEY=VALUE overrides and batch size applied."""
-  module = {"segmentation": "configs.segmentation", "triplet": "configs.triplet",
-            "inception_v4": "configs.inception_v4"}[trainer]
-  config = __import__(module, fromlist=["get_config"]).get_config(preset)
+  config = importlib.import_module(TRAINERS[trainer][0]).get_config(preset)
   for override in overrides:
     key, sep, text = override.partition("=")
     if not sep:
@@ -145,81 +114,9 @@ def _parse_value(text):
     return text
 
 
-def load_segmentation(config, workdir):
-  from segmentation import data as data_lib  # pylint: disable=g-import-not-at-top
-  from segmentation import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-  from segmentation import model as model_lib  # pylint: disable=g-import-not-at-top
-  from segmentation import synthetic  # pylint: disable=g-import-not-at-top
-  from segmentation import train as train_lib  # pylint: disable=g-import-not-at-top
-  train_lib.validate_config(config)
-  cfg = config.data
-  pad_multiple = model_lib.total_stride(config.model.widths)
-  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, pad_multiple, workdir)
-  if cfg.source == "synthetic":
-    folders = synthetic.write_scenes(cfg.cache_dir, config.seed, cfg.image_size, cfg.num_train_images,
-                                     cfg.num_eval_images, cfg.num_classes)
-    input_files = data_lib.list_folder_pairs(*folders["train"])
-  elif cfg.source == "folder":
-    input_files = data_lib.list_folder_pairs(cfg.images_dir, cfg.masks_dir, cfg.train_split or None)
-  else:
-    input_files = None
-  return Workload(
-      train=data.train, eval_inputs=_take_inputs(data.eval),
-      build_model=lambda: train_lib.build_model_from_config(config, data.num_classes),
-      make_phases=make_single_phase,
-      loss_fn=train_lib.make_loss_fn(cfg.ignore_label, tuple(config.loss.class_weights) or None),
-      make_predict_fn=metrics_lib.make_predict_fn,
-      describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
-      input_files=input_files)
-
-
-def load_triplet(config, workdir):
-  from triplet import data as data_lib  # pylint: disable=g-import-not-at-top
-  from triplet import evaluate as evaluate_lib  # pylint: disable=g-import-not-at-top
-  from triplet import train as train_lib  # pylint: disable=g-import-not-at-top
-  train_lib.validate_config(config)
-  cfg = config.data
-  identities = train_lib.load_train_identities(config, workdir)
-  train = data_lib.make_train_dataset(identities, cfg.identities_per_batch, cfg.images_per_identity,
-                                      cfg.load_size, cfg.crop_size, cfg.normalization, config.seed)
-  eval_paths = evaluate_lib.images_to_embed(evaluate_lib.load_eval_data(cfg, config.seed, workdir))
-  evaluation = data_lib.make_eval_dataset(eval_paths, cfg.load_size, cfg.crop_size, cfg.normalization,
-                                          cfg.eval_batch_size)
-  if config.loss.name == train_lib.SOFTMAX:
-    loss_fn = train_lib.softmax_loss_fn
-  else:
-    loss_fn = train_lib.make_triplet_loss_fn(config.loss.name, config.loss.margin, config.loss.squared)
-
-  def build_model():
-    embedding_model = evaluate_lib.build_embedding_model_from_config(config)
-    return train_lib.build_training_model(config, embedding_model, len(identities))
-
-  return Workload(
-      train=train, eval_inputs=_take_inputs(evaluation), build_model=build_model,
-      make_phases=make_single_phase, loss_fn=loss_fn, make_predict_fn=evaluate_lib.make_embed_fn,
-      describe=(f"{cfg.source} data, {cfg.identities_per_batch} identities x {cfg.images_per_identity} "
-                f"images, {cfg.crop_size}x{cfg.crop_size} crops, loss {config.loss.name}"))
-
-
-def load_inception_v4(config, workdir):
-  from inception_finetune import data as data_lib  # pylint: disable=g-import-not-at-top
-  from inception_finetune import evaluate as evaluate_lib  # pylint: disable=g-import-not-at-top
-  from inception_finetune import train as train_lib  # pylint: disable=g-import-not-at-top
-  train_lib.validate_config(config)
-  data = data_lib.make_datasets(config.data, config.train.batch_size, config.seed, workdir)
-  size = config.data.image_size
-  return Workload(
-      train=data.train, eval_inputs=_take_inputs(data.eval),
-      build_model=lambda: train_lib.build_model(config, data.num_classes),
-      make_phases=train_lib.make_phases,
-      loss_fn=train_lib.make_loss_fn(data.num_classes, config.label_smoothing,
-                                     config.finetune.aux_loss_weight),
-      make_predict_fn=evaluate_lib.make_predict_fn,
-      describe=(f"{config.data.source} data, {data.num_classes} classes, {size}x{size}; phases: head "
-                f"({config.trainable_scopes}), unfrozen (+{config.finetune.unfreeze_last_blocks} blocks)"))
-
-
-LOADERS = {"segmentation": load_segmentation, "triplet": load_triplet, "inception_v4": load_inception_v4}
+def make_task(trainer, config, workdir):
+  """The trainer's Task (common/task.py), from its own task module."""
+  return importlib.import_module(TRAINERS[trainer][1]).make_task(config, workdir)
 
 
 def _take_inputs(dataset, max_batches=4):
@@ -319,14 +216,7 @@ def time_train_step(train_step, batches, settings):
   return (first, *time_steps(run_step, settings, warmup_steps=0))
 
 
-def precision_config(config, mixed):
-  """A copy of the config for one precision (the optimizers' loss scale depends on it)."""
-  config = config.copy_and_resolve_references()
-  config.mixed_precision = mixed
-  return config
-
-
-def benchmark_precision(workload, config, strategy, mixed, settings, matmul_rates, batches):
+def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, matmul_rates, batches):
   """Training rows of one precision (each phase of the trainer, without and with XLA, on one
   model), its evaluation images/s and the largest phase's memory estimate."""
   precision = "mixed" if mixed else "float32"
@@ -334,8 +224,8 @@ def benchmark_precision(workload, config, strategy, mixed, settings, matmul_rate
   hardware.set_determinism(config.seed, config.deterministic)
   progress(f"{precision}: building the model")
   with strategy.scope():
-    model = workload.build_model()
-    phases = workload.make_phases(precision_config(config, mixed), model)
+    model = task.build_model()
+    phases = task.make_phases(model, mixed)
   batch_size = config.train.batch_size
   # From a real batch: a pipeline's static shapes can be partly unknown.
   input_shapes = [tuple(batches[0][0].shape[1:])]
@@ -358,7 +248,7 @@ def benchmark_precision(workload, config, strategy, mixed, settings, matmul_rate
       reset_rss = measure.reset_peak_rss()[1]
       if device:
         tf.config.experimental.reset_memory_stats(device)
-      train_step = train_loop.make_train_step(model, phase.optimizer, workload.loss_fn, strategy,
+      train_step = train_loop.make_train_step(model, phase.optimizer, task.loss_fn, strategy,
                                               config.optimizer.clipnorm, jit_compile=xla)
       first, seconds, steps = time_train_step(train_step, distributed, settings)
       row = {
@@ -380,7 +270,7 @@ def benchmark_precision(workload, config, strategy, mixed, settings, matmul_rate
         row["host_peak_note"] = "process peak since start (VmHWM cannot be reset here)"
       rows.append(row)
   progress(f"{precision}: evaluation")
-  eval_rate = measure_eval(workload.make_predict_fn(model), workload.eval_inputs, settings)
+  eval_rate = measure_eval(task.make_predict_fn(model), eval_inputs, settings)
   # The largest phase decides whether the preset fits.
   return rows, eval_rate, max(estimates, key=lambda e: e.total)
 
@@ -392,11 +282,12 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
   settings = _settings(args)
   started = time.time()
   progress(f"{trainer}: preparing the data")
-  workload = LOADERS[trainer](config, os.path.join(workdir, trainer))
+  task = make_task(trainer, config, os.path.join(workdir, trainer))
+  eval_inputs = _take_inputs(task.eval_dataset)
   batch_size = config.train.batch_size
   progress(f"{trainer}: input pipeline")
-  input_rate = measure_input(workload.train, batch_size, settings)
-  iterator = iter(workload.train)
+  input_rate = measure_input(task.train_dataset, batch_size, settings)
+  iterator = iter(task.train_dataset)
   batches = [next(iterator) for _ in range(2)]
   rows, eval_rates, estimates = [], {}, {}
   for mixed in (False, True):
@@ -404,7 +295,7 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
     if not any(v.split("+")[0] == precision for v in settings.variants):
       continue
     precision_rows, eval_rates[precision], estimates[mixed] = benchmark_precision(
-        workload, config, strategy, mixed, settings, matmul_rates, batches)
+        task, eval_inputs, config, strategy, mixed, settings, matmul_rates, batches)
     rows += precision_rows
   keras.mixed_precision.set_global_policy("float32")
   own = estimates.get(config.mixed_precision) or next(iter(estimates.values()))
@@ -412,9 +303,9 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
       "trainer": trainer,
       "preset": args.preset or "default",
       "batch_size": batch_size,
-      "describe": workload.describe,
+      "describe": task.describe,
       "input_images_per_s": input_rate,
-      "eval_images": sum(int(batch.shape[0]) for batch in workload.eval_inputs),
+      "eval_images": sum(int(batch.shape[0]) for batch in eval_inputs),
       "eval_images_per_s": eval_rates,
       "rows": rows,
       "not_run": {v: why for v, why in CPU_SLOW_VARIANTS.items()
@@ -424,7 +315,7 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
       "preset_estimate_table": own.format_table(budget_bytes=BUDGET_MB * MIB),
       "settings": dataclasses.asdict(settings) | {"warmup_steps": WARMUP_STEPS},
       "seconds": time.time() - started,
-      "_workload": workload,
+      "_task": task,
       "_config": config,
       "_settings": settings,
       "_batches": batches,
@@ -467,14 +358,14 @@ def make_pil_generator_dataset(pairs, patch_size, patches_per_image, batch_size,
 
 
 def peer_segmentation_input(result, settings):
-  config, workload = result["_config"], result["_workload"]
+  config, task = result["_config"], result["_task"]
   cfg = config.data
-  if not workload.input_files:
+  if not task.train_files:
     return {"skipped": f"the PIL peer reads image files; data.source={cfg.source} has none"}
-  if min(Image.open(workload.input_files[0][0]).size) < cfg.patch_size:
+  if min(Image.open(task.train_files[0][0]).size) < cfg.patch_size:
     return {"skipped": f"the PIL peer cuts no patches from images smaller than data.patch_size="
                        f"{cfg.patch_size}"}
-  dataset = make_pil_generator_dataset(workload.input_files, cfg.patch_size, cfg.patches_per_image,
+  dataset = make_pil_generator_dataset(task.train_files, cfg.patch_size, cfg.patches_per_image,
                                        config.train.batch_size, cfg.shuffle_buffer, config.seed)
   rate = measure_input(dataset, config.train.batch_size, settings)
   return {"peer": "PIL in a Python generator through from_generator",
@@ -487,10 +378,10 @@ def measure_full_network(result, strategy):
 
   Returns ({variant: images/s}, timed steps per window of the last variant).
   """
-  workload, config, settings = result["_workload"], result["_config"], result["_settings"]
+  task, config, settings = result["_task"], result["_config"], result["_settings"]
   keras.mixed_precision.set_global_policy("float32")
   with strategy.scope():
-    model = workload.build_model()
+    model = task.build_model()
     optimizer = train_loop.make_optimizer(config.optimizer, False)
     optimizer.build(model.trainable_variables)
   batches = [train_loop.distribute_batch(batch, strategy) for batch in result["_batches"]]
@@ -498,7 +389,7 @@ def measure_full_network(result, strategy):
   for name in ("float32", "float32+xla"):
     if name in settings.variants:
       progress(f"{name} all layers: training step (for the timm peer)")
-      train_step = train_loop.make_train_step(model, optimizer, workload.loss_fn, strategy,
+      train_step = train_loop.make_train_step(model, optimizer, task.loss_fn, strategy,
                                               config.optimizer.clipnorm, jit_compile=name.endswith("xla"))
       _, seconds, steps = time_train_step(train_step, batches, settings)
       rates[name] = config.train.batch_size / seconds
@@ -684,7 +575,7 @@ def to_json(value):
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("trainers", nargs="+", choices=TRAINERS + ("all",), metavar="TRAINER",
+  parser.add_argument("trainers", nargs="+", choices=(*TRAINERS, "all"), metavar="TRAINER",
                       help=f"one or more of {', '.join(TRAINERS)}, or all")
   parser.add_argument("--preset", default=None, help="config preset: default, smoke, gtx960m")
   parser.add_argument("--batch_size", type=int, default=0, help="overrides the preset's batch size")
@@ -727,14 +618,14 @@ def estimate_trainer(trainer, args, workdir):
   """The memory estimate of each phase of the preset, in its own precision; nothing is timed."""
   config = load_config(trainer, args.preset, args.set, args.batch_size)
   config.data.cache_dir = config.data.cache_dir or os.path.join(args.cache_dir, trainer)
-  workload = LOADERS[trainer](config, os.path.join(workdir, trainer))
+  task = make_task(trainer, config, os.path.join(workdir, trainer))
   keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
-  model = workload.build_model()
-  input_shapes = [tuple(next(iter(workload.train))[0].shape[1:])]
+  model = task.build_model()
+  input_shapes = [tuple(next(iter(task.train_dataset))[0].shape[1:])]
   lines = [f"== {trainer} (preset {args.preset or 'default'}, batch {config.train.batch_size}, "
-           f"{workload.describe})"]
+           f"{task.describe})"]
   estimates = {}
-  for phase in workload.make_phases(config, model):
+  for phase in task.make_phases(model, config.mixed_precision):
     if phase.prepare:
       phase.prepare()
     estimate = memory_estimate.estimate(model, config.train.batch_size, config.mixed_precision,

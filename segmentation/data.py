@@ -19,7 +19,6 @@ checkpointed.
 import collections
 import dataclasses
 import os
-import zlib
 
 from absl import logging
 import numpy as np
@@ -58,6 +57,7 @@ class SegmentationData:
     class_names: a name per class, or None.
     ignore_label: label of pixels that count in no loss or metric.
     num_eval_images: images in one pass of `eval`.
+    train_files: (image path, mask path) of every training image, or None (TFRecords, .npy).
   """
   train: tf.data.Dataset
   eval: tf.data.Dataset
@@ -65,6 +65,7 @@ class SegmentationData:
   class_names: tuple
   ignore_label: int
   num_eval_images: int
+  train_files: list = None
 
 
 # A source in a uniform shape: read(seed) gives (uint8 image [h, w, 3], uint8
@@ -92,7 +93,7 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None):
     SegmentationData.
   """
   _check_config(data_cfg)
-  train_source, eval_source = _make_sources(data_cfg, seed, workdir)
+  (train_source, eval_source), train_files = _make_sources(data_cfg, seed, workdir)
   train = _make_train(train_source, data_cfg, batch_size, seed)
   eval_batch_size = data_cfg.eval_batch_size if eval_source.image_size else 1
   evaluation = _make_eval(eval_source, data_cfg.ignore_label, pad_multiple, eval_batch_size)
@@ -100,7 +101,7 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None):
                _count(train_source.size), _count(eval_source.size), data_cfg.num_classes)
   return SegmentationData(train=train, eval=evaluation, num_classes=data_cfg.num_classes,
                           class_names=_class_names(data_cfg), ignore_label=data_cfg.ignore_label,
-                          num_eval_images=eval_source.size)
+                          num_eval_images=eval_source.size, train_files=train_files)
 
 
 def _count(size):
@@ -135,19 +136,14 @@ def _class_names(cfg):
 
 
 def _make_sources(cfg, seed, workdir):
-  """(train source, eval source) of the configured kind."""
+  """((train source, eval source), the training (image, mask) files or None) of the configured kind."""
   if cfg.source == "tfrecord":
-    return (_tfrecord_source(_required(cfg, "train_pattern"), scan_sizes=False),
-            _tfrecord_source(_required(cfg, "eval_pattern"), scan_sizes=True))
+    return (_tfrecord_source(common_data.required(cfg, "train_pattern"), scan_sizes=False),
+            _tfrecord_source(common_data.required(cfg, "eval_pattern"), scan_sizes=True)), None
   if cfg.source == "npy":
-    return _npy_sources(cfg)
-  return tuple(_pairs_source(pairs, infos) for pairs, infos in _checked_splits(cfg, seed, workdir))
-
-
-def _required(cfg, key):
-  if not cfg[key]:
-    raise ConfigError(f"data.{key} must be set for data.source='{cfg.source}'")
-  return cfg[key]
+    return _npy_sources(cfg), None
+  splits = _checked_splits(cfg, seed, workdir)
+  return tuple(_pairs_source(pairs, infos) for pairs, infos in splits), splits[0][0]
 
 
 # Sources of image and mask files: synthetic scenes, folders, Pascal VOC.
@@ -156,9 +152,7 @@ def _required(cfg, key):
 def _checked_splits(cfg, seed, workdir):
   """[(train pairs, infos), (eval pairs, infos)], every file checked."""
   if cfg.source == "synthetic":
-    cache_dir = cfg.cache_dir or (os.path.join(workdir, "data") if workdir else None)
-    if not cache_dir:
-      raise ConfigError("data.cache_dir (or a workdir) is needed to write the synthetic scenes")
+    cache_dir = common_data.synthetic_cache_dir(cfg, workdir)
     if not 2 <= cfg.num_classes <= len(synthetic.CLASS_NAMES):
       raise ConfigError(f"data.num_classes must be 2..{len(synthetic.CLASS_NAMES)} for synthetic scenes, "
                         f"got {cfg.num_classes}")
@@ -168,7 +162,7 @@ def _checked_splits(cfg, seed, workdir):
                                      cfg.num_eval_images, cfg.num_classes)
     splits = [list_folder_pairs(*folders[split]) for split in ("train", "eval")]
   elif cfg.source == "voc":
-    splits = [list_folder_pairs(*voc_paths(_required(cfg, "voc_root"), split))
+    splits = [list_folder_pairs(*voc_paths(common_data.required(cfg, "voc_root"), split))
               for split in (cfg.train_split or VOC_SPLITS[0], cfg.eval_split or VOC_SPLITS[1])]
   else:
     splits = _folder_splits(cfg)
@@ -176,27 +170,16 @@ def _checked_splits(cfg, seed, workdir):
 
 
 def _folder_splits(cfg):
-  images_dir, masks_dir = _required(cfg, "images_dir"), _required(cfg, "masks_dir")
+  images_dir, masks_dir = common_data.required(cfg, "images_dir"), common_data.required(cfg, "masks_dir")
   if bool(cfg.train_split) != bool(cfg.eval_split):
     raise ConfigError("set both data.train_split and data.eval_split (files of image ids), or neither")
   if cfg.train_split:
     return [list_folder_pairs(images_dir, masks_dir, split) for split in (cfg.train_split, cfg.eval_split)]
-  return split_by_hash(list_folder_pairs(images_dir, masks_dir), cfg.eval_fraction)
-
-
-def split_by_hash(pairs, eval_fraction):
-  """(train, eval): the eval images are those whose names hash lowest, at least one.
-
-  The split depends on file names only, not on the seed or the other files,
-  so runs with different seeds are evaluated on the same images.
-  """
+  pairs = list_folder_pairs(images_dir, masks_dir)
   if len(pairs) < 2:
     raise DataError(f"{pairs[0][0]}: one image cannot be split into train and eval; "
                     "add images or set data.train_split and data.eval_split")
-  num_eval = min(max(int(round(len(pairs) * eval_fraction)), 1), len(pairs) - 1)
-  ranked = sorted(pairs, key=lambda p: zlib.crc32(os.path.basename(p[0]).encode()))
-  eval_set = set(ranked[:num_eval])
-  return [p for p in pairs if p not in eval_set], [p for p in pairs if p in eval_set]
+  return common_data.split_by_hash(pairs, cfg.eval_fraction, path_fn=lambda pair: pair[0])
 
 
 def voc_paths(voc_root, split):
@@ -397,8 +380,8 @@ def _npy_sources(cfg):
 
 def _check_npy_pair(cfg, split):
   """Reads and checks the headers and values of one split's arrays."""
-  images = common_data.read_npy_header(_required(cfg, f"{split}_images"))
-  labels = common_data.read_npy_header(_required(cfg, f"{split}_labels"))
+  images = common_data.read_npy_header(common_data.required(cfg, f"{split}_images"))
+  labels = common_data.read_npy_header(common_data.required(cfg, f"{split}_labels"))
   if len(images.shape) != 4 or images.shape[-1] != 3:
     raise DataError(f"{images.path}: images must be [N, height, width, 3], got {list(images.shape)}")
   label_shape = labels.shape[:3] if len(labels.shape) == 4 and labels.shape[3] == 1 else labels.shape
@@ -505,18 +488,10 @@ def _pad_to_at_least(image, mask, size, ignore_label):
   return image, mask
 
 
-def pad_to_multiple(image, multiple, value=0):
-  """Pads [h, w, ...] at the bottom and right to multiples of `multiple`."""
-  shape = tf.shape(image)
-  pad_h, pad_w = (-shape[0]) % multiple, (-shape[1]) % multiple
-  paddings = tf.concat([[[0, pad_h], [0, pad_w]], tf.zeros([tf.rank(image) - 2, 2], tf.int32)], axis=0)
-  return tf.pad(image, paddings, constant_values=tf.cast(value, image.dtype))
-
-
 def _make_eval(source, ignore_label, pad_multiple, batch_size):
   def prepare(image, mask):
-    return (pad_to_multiple(image, pad_multiple),
-            tf.cast(pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32))
+    return (common_data.pad_to_multiple(image, pad_multiple),
+            tf.cast(common_data.pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32))
 
   return (source.read(None)
           .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)

@@ -25,11 +25,6 @@ def metrics_from_confusion(confusion):
   return results
 
 
-def make_predict_fn(model):
-  """A compiled forward pass that does not retrace for every image size."""
-  return tf.function(lambda images: model(images, training=False), reduce_retracing=True)
-
-
 def evaluate(predict_fn, dataset, num_classes, ignore_label):
   """mIoU, per-class IoU and pixel accuracy from one confusion matrix over the whole dataset."""
   confusion = np.zeros([num_classes, num_classes], np.int64)

@@ -6,12 +6,11 @@ from a seed, and written once as PNG files (images and class-id masks), so
 that training reads them from files like real data.
 """
 import os
-import shutil
-import tempfile
 
-from absl import logging
 import numpy as np
 from PIL import Image
+
+from common import data as common_data
 
 CLASS_NAMES = ("background", "disk", "rectangle", "triangle", "diamond")
 # Base color (RGB) of each class; textures and noise vary around it.
@@ -94,23 +93,17 @@ def write_scenes(cache_dir, seed, size, num_train, num_eval, num_classes):
   """Writes the scenes once; returns {'train': (images_dir, masks_dir), 'eval': (...)}.
 
   The folder name holds every parameter, so a run with other settings writes
-  its own scenes; an existing folder is reused. Scenes are written to a
-  temporary folder first and renamed, so an interrupted run leaves no half set.
+  its own scenes; an existing folder is reused (common.data.write_once).
   """
   if not 2 <= num_classes <= len(CLASS_NAMES):
     raise ValueError(f"synthetic scenes have 2 to {len(CLASS_NAMES)} classes, got {num_classes}")
   name = f"synthetic-v{_VERSION}-seed{seed}-size{size}-train{num_train}-eval{num_eval}-classes{num_classes}"
-  root = os.path.join(cache_dir, name)
-  if not os.path.isdir(root):
-    os.makedirs(cache_dir, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir)
+
+  def write(folder):
     for split, count in (("train", num_train), ("eval", num_eval)):
-      _write_split(os.path.join(staging, split), count, size, num_classes,
+      _write_split(os.path.join(folder, split), count, size, num_classes,
                    np.random.default_rng([seed, 0 if split == "train" else 1]))
-    try:
-      os.rename(staging, root)
-    except OSError:  # another process wrote the same scenes first
-      shutil.rmtree(staging)
-    logging.info("wrote %d + %d synthetic scenes of %dx%d to %s", num_train, num_eval, size, size, root)
+
+  root = common_data.write_once(cache_dir, name, write)
   return {split: (os.path.join(root, split, "images"), os.path.join(root, split, "masks"))
           for split in ("train", "eval")}

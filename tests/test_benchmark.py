@@ -1,4 +1,4 @@
-"""Tests of scripts/benchmark.py, common/flops.py and the peer runner (no timed assertions)."""
+"""Tests of scripts/benchmark.py, scripts/flops.py and the peer runner (no timed assertions)."""
 import json
 import math
 import sys
@@ -9,14 +9,15 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common import flops
-from common import memory_estimate
+import helpers
 from scripts import benchmark
+from scripts import flops
+from scripts import memory_estimate
 from scripts.peers import peer_runner
 from scripts.peers import tf_triplet_step
 
 
-# common/flops.py, on models small enough to count by hand (a multiply-add is 2 FLOPs).
+# scripts/flops.py, on models small enough to count by hand (a multiply-add is 2 FLOPs).
 
 
 def test_conv_and_dense_flops_by_hand():
@@ -172,24 +173,36 @@ def test_segmentation_benchmark_columns_are_positive(tmp_path, capsys):
   assert "not run" not in printed  # every variant was asked for
   written = json.loads(json_path.read_text())
   assert written["trainers"][0]["rows"] == json.loads(json.dumps(result["rows"]))
-  assert "_workload" not in written["trainers"][0]
+  assert "_task" not in written["trainers"][0]
 
 
-@pytest.mark.parametrize("trainer", ["segmentation", "triplet"])
-def test_gtx960m_presets_fit_4gb_by_the_estimate(trainer):
+@pytest.mark.slow
+def test_one_trainer_imports_nothing_of_the_others(tmp_path):
+  # In a fresh interpreter: this test session has imported every trainer.
+  code = ("import sys; from scripts import benchmark; benchmark.main(['segmentation', '--preset', "
+          f"'smoke', '--estimate_only', '--cache_dir', {str(tmp_path)!r}]); "
+          "print(sorted(m for m in sys.modules if m.split('.')[0] in ('triplet', 'inception_finetune')))")
+  result = helpers.run_python(["-c", code])
+  assert result.returncode == 0, result.stderr
+  assert "== segmentation (preset smoke" in result.stdout
+  assert result.stdout.splitlines()[-1] == "[]"
+
+
+# Triplet writes fewer synthetic identities than its preset; the model and batch are the preset's.
+@pytest.mark.parametrize("trainer, overrides", [
+    ("segmentation", []),
+    ("triplet", ["data.num_train_identities=32", "data.num_eval_identities=4",
+                 "data.images_per_synthetic_identity=4", "data.num_pair_folds=1"]),
+])
+def test_gtx960m_presets_fit_4gb_by_the_estimate(trainer, overrides, tmp_path):
   # Inception V4's preset is checked in tests/test_inception_train.py.
-  config = benchmark.load_config(trainer, "gtx960m", [], batch_size=0)
+  config = benchmark.load_config(trainer, "gtx960m", overrides, batch_size=0)
+  task = benchmark.make_task(trainer, config, str(tmp_path))
   keras.mixed_precision.set_global_policy("mixed_float16")
-  if trainer == "segmentation":
-    from segmentation import train  # pylint: disable=g-import-not-at-top
-    model = train.build_model_from_config(config, config.data.num_classes)
-    shape = (config.data.patch_size, config.data.patch_size, 3)
-  else:
-    from triplet import evaluate, train  # pylint: disable=g-import-not-at-top
-    model = train.build_training_model(config, evaluate.build_embedding_model_from_config(config), 10)
-    shape = (config.data.crop_size, config.data.crop_size, 3)
+  model = task.build_model()
+  size = config.data.patch_size if trainer == "segmentation" else config.data.crop_size
   estimate = memory_estimate.estimate(model, config.train.batch_size, config.mixed_precision,
-                                      input_shapes=[shape])
+                                      input_shapes=[(size, size, 3)])
   assert config.mixed_precision
   assert estimate.total < benchmark.BUDGET_MB * memory_estimate.MIB
 

@@ -1,12 +1,9 @@
 """tf.distribute: the loop on two replicas (two logical CPUs) matches one device at the same global batch."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import run_python
 
 # Logical devices must be configured before TensorFlow initializes, hence a fresh process.
 SCRIPT = textwrap.dedent("""
@@ -18,6 +15,7 @@ SCRIPT = textwrap.dedent("""
     import keras
     from common import config as config_lib
     from common import train_loop
+    from tests.helpers import loop_task
 
     def run(strategy, workdir):
       config = config_lib.base_config()
@@ -40,8 +38,8 @@ SCRIPT = textwrap.dedent("""
                                                                    from_logits=True)
         return tf.reduce_mean(per_example), {}
 
-      train_loop.train(config, workdir, strategy=strategy, model=model, train_dataset=data,
-                       loss_fn=loss_fn, phases=[train_loop.Phase("train", 5, optimizer)])
+      train_loop.train(config, workdir, strategy=strategy, model=model, task=loop_task(data, loss_fn),
+                       phases=[train_loop.Phase("train", 5, optimizer)])
       return [np.array(v) for v in model.trainable_variables]
 
     one = run(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1] + "/one")
@@ -53,8 +51,7 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.slow
 def test_two_replicas_match_one_device(tmp_path):
   # Clipping is on (optimizer.clipnorm=1.0): it must see the gradient of the whole batch.
-  result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True,
-                          text=True, timeout=600, cwd=REPO_ROOT)
+  result = run_python(["-c", SCRIPT, str(tmp_path)], timeout=600)
   lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
   assert lines, result.stderr[-3000:]
   assert float(lines[0].split()[1]) < 1e-5

@@ -79,6 +79,10 @@ def test_eval_images_keep_their_labels_and_the_split_is_stable(tmp_path):
     gray = (images.numpy().mean(axis=(1, 2, 3)) + 1) / 2 * 255
     np.testing.assert_allclose(gray, 40 * labels.numpy(), atol=3)  # JPEG rounding
   np.testing.assert_array_equal(all_labels(first.eval), all_labels(second.eval))
+  # The SavedModel's evaluation set: the same images in the same order, uint8 and unresized.
+  for images, _ in first.raw_eval:
+    assert images.dtype == tf.uint8 and images.shape == (1, 12, 15, 3)
+  np.testing.assert_array_equal(all_labels(first.raw_eval), all_labels(first.eval))
 
 
 def test_train_batches_are_reproducible_for_a_seed(tmp_path):

@@ -1,5 +1,4 @@
 """The Inception V4 fine-tuning trainer: the loss, bad input at the CLI, and two phases end to end."""
-import glob
 import json
 import os
 
@@ -7,14 +6,16 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorboard.compat.proto import event_pb2
 
-from common import memory_estimate
 from common.errors import DataError
 from configs import inception_v4 as config_lib
+import helpers
 from inception_finetune import inception_v4 as iv
+from inception_finetune import losses
 from inception_finetune import slim_checkpoint
+from inception_finetune import task as task_lib
 from inception_finetune import train
+from scripts import memory_estimate
 
 # The base blocks the end-to-end test keeps frozen in phase 2 (its last 16 of 22 are unfrozen).
 FROZEN_IN_PHASE_2 = iv.BLOCK_NAMES[:6]
@@ -25,16 +26,16 @@ UNFROZEN_STEPS = 40
 def test_sparse_loss_rejects_one_hot_and_float_labels():
   logits = tf.zeros([2, 3])
   with pytest.raises(DataError, match=r"labels have shape \(2, 3\).*not one-hot"):
-    train.sparse_classification_loss(tf.one_hot([0, 2], 3), logits, 3)
+    losses.sparse_classification_loss(tf.one_hot([0, 2], 3), logits, 3)
   with pytest.raises(DataError, match="labels are float32"):
-    train.sparse_classification_loss(tf.constant([0.0, 2.0]), logits, 3)
+    losses.sparse_classification_loss(tf.constant([0.0, 2.0]), logits, 3)
   with pytest.raises(tf.errors.InvalidArgumentError, match="label >= num_classes"):
-    train.sparse_classification_loss(tf.constant([0, 3]), logits, 3)
+    losses.sparse_classification_loss(tf.constant([0, 3]), logits, 3)
 
 
 def test_label_smoothing_is_slims():
   logits = tf.constant([[2.0, 0.0, -1.0]])
-  smoothed = train.sparse_classification_loss(tf.constant([0]), logits, 3, label_smoothing=0.3)
+  smoothed = losses.sparse_classification_loss(tf.constant([0]), logits, 3, label_smoothing=0.3)
   log_probs = tf.nn.log_softmax(logits)[0].numpy()
   targets = np.array([0.7 + 0.1, 0.1, 0.1])  # one-hot * (1 - 0.3) + 0.3 / 3
   np.testing.assert_allclose(smoothed.numpy(), -(targets * log_probs).sum(), rtol=1e-6)
@@ -46,9 +47,9 @@ def test_gtx960m_preset_is_the_largest_batch_that_fits_4gb_by_estimate():
   config = config_lib.get_config("gtx960m")
   assert config.mixed_precision
   keras.mixed_precision.set_global_policy("mixed_float16")
-  model = train.build_model(config, config.data.num_classes)
+  model = task_lib.build_model(config, config.data.num_classes)
   batch_size = config.train.batch_size
-  for phase in train.make_phases(config, model):
+  for phase in task_lib.make_phases(config, model, config.mixed_precision):
     phase.prepare()
     assert memory_estimate.estimate(model, batch_size, True).total < budget, phase.name
   assert memory_estimate.estimate(model, batch_size + 8, True).total > budget
@@ -110,38 +111,20 @@ def finetune_config(num_steps):
   must be trained to be of use. BatchNorm statistics move at decay 0.9 so that the
   short run's evaluation is meaningful; images skip the random distortions to learn faster.
   """
-  config = config_lib.get_config("smoke")
-  config.deterministic = True
-  config.train.num_steps = num_steps
-  config.train.log_every = 8
-  config.summaries.scalars_every = 4
-  config.finetune.head_steps = HEAD_STEPS
-  config.finetune.unfreeze_last_blocks = len(iv.BLOCK_NAMES) - len(FROZEN_IN_PHASE_2)
-  config.finetune.learning_rate = 1e-3
-  config.model.batch_norm_decay = 0.9
-  config.data.augment = False
-  config.data.synthetic_images_per_class = 30
-  return config
+  return helpers.make_config("inception_v4", "smoke", **{
+      "deterministic": True, "train.num_steps": num_steps, "train.log_every": 8,
+      "summaries.scalars_every": 4, "finetune.head_steps": HEAD_STEPS,
+      "finetune.unfreeze_last_blocks": len(iv.BLOCK_NAMES) - len(FROZEN_IN_PHASE_2),
+      "finetune.learning_rate": 1e-3, "model.batch_norm_decay": 0.9, "data.augment": False,
+      "data.synthetic_images_per_class": 30})
 
 
 def read_checkpoint_values(workdir, config, num_classes):
   """{slim name: value} of the model in the newest checkpoint of a workdir."""
-  model = train.build_model(config, num_classes)
+  model = task_lib.build_model(config, num_classes)
   latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
   tf.train.Checkpoint(model=model).restore(latest).expect_partial()
   return {name: v.numpy() for name, v in slim_checkpoint.slim_variables(model).items()}
-
-
-def read_scalars(logdir, tag):
-  """{step: value} of a scalar summary."""
-  values = {}
-  for path in glob.glob(os.path.join(logdir, "events.out.tfevents*")):
-    for record in tf.data.TFRecordDataset(path):
-      event = event_pb2.Event.FromString(record.numpy())
-      for value in event.summary.value:
-        if value.tag == tag:
-          values[event.step] = float(tf.make_ndarray(value.tensor))
-  return values
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +179,7 @@ def test_phase_2_changes_the_unfrozen_blocks_and_only_those(finetune_run):
 @pytest.mark.slow
 def test_training_accuracy_rises_clearly_above_chance(finetune_run):
   chance = 1.0 / finetune_run["config"].data.num_classes
-  accuracy = read_scalars(os.path.join(finetune_run["workdir"], "train"), "accuracy")
+  accuracy = helpers.read_scalars(os.path.join(finetune_run["workdir"], "train"), "accuracy")
   last_steps = [value for step, value in accuracy.items() if step > HEAD_STEPS + UNFROZEN_STEPS - 16]
   assert len(last_steps) >= 3
   assert np.mean(last_steps) > 3 * chance, accuracy
@@ -219,3 +202,8 @@ def test_reports_and_saved_model_are_written(finetune_run):
   out = serve(images=tf.cast(images, tf.uint8))  # any size: the signature crops and resizes
   assert out["probabilities"].shape == (2, 10)
   np.testing.assert_allclose(out["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+  # The evaluate CLI's --saved_model pass: the decoded eval images score as the final checkpoint did.
+  task = task_lib.make_task(finetune_run["config"], workdir)
+  exported = task.evaluate(task.saved_model_predict_fn(serve), True).metrics
+  assert (exported["top1"], exported["top5"]) == (evaluation["top1"], evaluation["top5"])
+  np.testing.assert_allclose(exported["loss"], evaluation["loss"], rtol=1e-4)

@@ -10,6 +10,7 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
+from common import data as common_data
 from common.errors import ConfigError
 from common.errors import DataError
 from scripts import convert_to_tfrecord
@@ -182,9 +183,10 @@ def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path):
 def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 8)
   pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
-  train, evaluation = seg_data.split_by_hash(pairs, 0.25)
+  train, evaluation = common_data.split_by_hash(pairs, 0.25, path_fn=lambda pair: pair[0])
   assert len(evaluation) == 2 and sorted(train + evaluation) == pairs
-  assert seg_data.split_by_hash(pairs[::-1], 0.25)[1] == evaluation[::-1]  # depends on names only
+  reversed_split = common_data.split_by_hash(pairs[::-1], 0.25, path_fn=lambda pair: pair[0])
+  assert reversed_split[1] == evaluation[::-1]  # depends on names only
 
 
 def test_small_images_are_padded_to_the_patch_size_with_the_ignore_label():

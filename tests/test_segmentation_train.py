@@ -15,21 +15,15 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from configs import segmentation as segmentation_config
-from segmentation import data as data_lib
-from segmentation import evaluate
-from segmentation import metrics
-from segmentation import predict
+from common import task as common_task
+from helpers import REPO_ROOT
+from helpers import make_config
+from segmentation import task as task_lib
 from segmentation import train
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def smoke_config(**overrides):
-  config = segmentation_config.get_config("smoke")
-  for key, value in overrides.items():
-    config[key] = value
-  return config
+  return make_config("segmentation", "smoke", **overrides)
 
 
 def test_smoke_run_trains_evaluates_and_exports(tmp_path):
@@ -46,18 +40,19 @@ def test_smoke_run_trains_evaluates_and_exports(tmp_path):
   np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
 
 
-def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_path):
+def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_path, run_cli):
   config = smoke_config()
   results = train.train_and_evaluate(config, str(tmp_path))
-  data = data_lib.make_datasets(config.data, 4, config.seed, 4, str(tmp_path))
-  for source in (dict(saved_model=None), dict(saved_model=str(tmp_path / "saved_model"))):
-    predict_fn = evaluate.load_for_evaluation(config, str(tmp_path), **source)
-    scores = metrics.evaluate(predict_fn, data.eval, data.num_classes, config.data.ignore_label)
-    assert scores["miou"] == pytest.approx(results["eval"]["miou"], abs=1e-6), source
+  task = task_lib.make_task(config, str(tmp_path))
+  for saved_model in (None, str(tmp_path / "saved_model")):
+    scores = common_task.evaluate_saved(task, str(tmp_path), saved_model).metrics
+    assert scores["miou"] == pytest.approx(results["eval"]["miou"], abs=1e-6), saved_model
   image_path = tmp_path / "photo.png"
   Image.fromarray(np.random.default_rng(0).integers(0, 255, (21, 30, 3), np.uint8)).save(image_path)
-  written = predict.predict_files(str(tmp_path / "saved_model"), [str(image_path)], str(tmp_path / "out"))
-  mask = np.array(Image.open(written[0]))
+  predicted = run_cli(["-m", "segmentation.predict", f"--saved_model={tmp_path / 'saved_model'}",
+                       f"--output_dir={tmp_path / 'out'}", str(image_path)])
+  assert predicted.returncode == 0, predicted.stderr[-3000:]
+  mask = np.array(Image.open(tmp_path / "out" / "photo_mask.png"))
   assert mask.shape == (21, 30, 3) and mask.dtype == np.uint8
   class_ids = np.array(Image.open(tmp_path / "out" / "photo_classes.png"))
   assert class_ids.max() < config.data.num_classes

@@ -1,4 +1,7 @@
-"""The shared training loop: mixed precision, the non-finite guard, summaries under a budget."""
+"""The shared training loop: mixed precision, the non-finite guard, summaries under a budget.
+
+The model is a small encoder-decoder defined here, so that common/ is tested without a trainer.
+"""
 import glob
 import os
 
@@ -6,14 +9,29 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorboard.compat.proto import event_pb2
 
 from common import config as config_lib
 from common import train_loop
-from segmentation import losses
-from segmentation import model as model_lib
+from helpers import loop_task
+from helpers import read_events
 
-WIDTHS = (4, 8)
+
+def build_model(num_classes):
+  """uint8 images [B, H, W, 3] (H, W even) -> float32 per-pixel logits: conv-BN-ReLU down and up."""
+  inputs = keras.Input((None, None, 3), dtype="uint8")
+  x = keras.layers.Rescaling(1 / 255, name="to_float")(inputs)
+  skips = []
+  for level, (width, strides) in enumerate(((4, 1), (8, 2))):
+    for part in ("a", "b"):
+      x = keras.layers.Conv2D(width, 3, strides=strides if part == "a" else 1, padding="same",
+                              use_bias=False, name=f"enc{level}_{part}_conv")(x)
+      x = keras.layers.BatchNormalization(name=f"enc{level}_{part}_bn")(x)
+      x = keras.layers.ReLU()(x)
+    skips.append(x)
+  x = keras.layers.Conv2DTranspose(4, 3, strides=2, padding="same", name="up")(x)
+  x = keras.layers.Concatenate()([x, skips[0]])
+  logits = keras.layers.Conv2D(num_classes, 1, dtype="float32", name="logits")(x)
+  return keras.Model(inputs, logits)
 
 
 def tiny_config(steps=6, mixed_precision=False):
@@ -41,18 +59,24 @@ def patch_dataset(batch=4, size=16):
 
 def pixel_loss_fn(model, batch, training):
   images, labels = batch
-  return losses.pixel_cross_entropy(labels, model(images, training=training), 255), {}
+  logits = tf.cast(model(images, training=training), tf.float32)
+  return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)), {}
+
+
+def pixel_accuracy(model):
+  images, labels = next(iter(patch_dataset().take(1)))
+  predictions = tf.argmax(model(images, training=False), axis=-1, output_type=tf.int32)
+  return {"pixel_accuracy": float(tf.reduce_mean(tf.cast(predictions == labels, tf.float32)))}
 
 
 def run_training(tmp_path, config, model, loss_fn=pixel_loss_fn, image_summaries_fn=None,
                  learning_rate=None):
-  strategy = train_loop.prepare_run(config, str(tmp_path))
+  strategy = train_loop.prepare_run(config)
   with strategy.scope():
     optimizer = train_loop.make_optimizer(config.optimizer, config.mixed_precision, learning_rate)
-  return train_loop.train(
-      config, str(tmp_path), strategy=strategy, model=model, train_dataset=patch_dataset(),
-      loss_fn=loss_fn, phases=[train_loop.Phase("train", config.train.num_steps, optimizer)],
-      image_summaries_fn=image_summaries_fn)
+  task = loop_task(patch_dataset(), loss_fn, pixel_accuracy, image_summaries_fn)
+  return train_loop.train(config, str(tmp_path), strategy=strategy, model=model, task=task,
+                          phases=[train_loop.Phase("train", config.train.num_steps, optimizer)])
 
 
 def scale_weights(model, factor):
@@ -67,7 +91,7 @@ def all_finite(variables):
 
 def test_mixed_precision_keeps_variables_and_logits_float32():
   keras.mixed_precision.set_global_policy("mixed_float16")
-  model = model_lib.build_model(3, WIDTHS)
+  model = build_model(3)
   assert {v.dtype for v in model.variables} == {"float32"}
   assert model.get_layer("enc0_a_conv").compute_dtype == "float16"
   assert model(np.zeros([1, 16, 16, 3], np.uint8)).dtype == tf.float32
@@ -76,7 +100,7 @@ def test_mixed_precision_keeps_variables_and_logits_float32():
 def naive_float16_training(initial_weights, steps, learning_rate):
   """The approach people try first: the whole model and its optimizer in float16, no loss scaling."""
   keras.mixed_precision.set_global_policy("float16")
-  model = model_lib.build_model(2, WIDTHS)
+  model = build_model(2)
   model.set_weights([w.astype(np.float16) for w in initial_weights])
   optimizer = keras.optimizers.Adam(learning_rate)
   for batch in patch_dataset().take(steps):
@@ -90,7 +114,7 @@ def naive_float16_training(initial_weights, steps, learning_rate):
 def test_mixed_precision_survives_where_naive_float16_overflows(tmp_path):
   # Large initial weights and a large learning rate, as in the original question.
   steps, learning_rate = 8, 1.0
-  reference = model_lib.build_model(2, WIDTHS)
+  reference = build_model(2)
   scale_weights(reference, 50.0)
   initial = reference.get_weights()
 
@@ -101,7 +125,7 @@ def test_mixed_precision_survives_where_naive_float16_overflows(tmp_path):
   config = tiny_config(steps, mixed_precision=True)
   config.optimizer.learning_rate = learning_rate
   keras.mixed_precision.set_global_policy("mixed_float16")
-  model = model_lib.build_model(2, WIDTHS)
+  model = build_model(2)
   model.set_weights(initial)
   results = run_training(tmp_path, config, model)
   assert results["step"] == steps
@@ -112,8 +136,8 @@ def test_mixed_precision_survives_where_naive_float16_overflows(tmp_path):
 @pytest.mark.parametrize("mixed_precision", [False, True])
 def test_forced_inf_loss_skips_the_step_and_keeps_weights(tmp_path, mixed_precision):
   config = tiny_config(steps=3, mixed_precision=mixed_precision)
-  train_loop.prepare_run(config, str(tmp_path))  # sets the precision policy before the build
-  model = model_lib.build_model(2, WIDTHS)
+  train_loop.prepare_run(config)  # sets the precision policy before the build
+  model = build_model(2)
   before = [np.array(v) for v in model.variables]
 
   def inf_loss(model, batch, training):
@@ -146,17 +170,6 @@ def test_consecutive_nonfinite_steps_stop_with_a_report_naming_the_layer(tmp_pat
   assert tf.train.latest_checkpoint(os.path.join(tmp_path, "checkpoints"))
 
 
-def read_events(logdir):
-  """[(tag, plugin, value proto)] of every summary in a run directory."""
-  found = []
-  for path in glob.glob(os.path.join(logdir, "events.out.tfevents*")):
-    for record in tf.data.TFRecordDataset(path):
-      event = event_pb2.Event.FromString(record.numpy())
-      for value in event.summary.value:
-        found.append((value.tag, value.metadata.plugin_data.plugin_name, value))
-  return found
-
-
 def image_summaries(model, batch):
   images, labels = batch
   del model
@@ -168,17 +181,17 @@ def test_300_steps_of_default_summaries_stay_small(tmp_path):
   config = tiny_config(steps=300)
   config.summaries = config_lib.base_config().summaries  # the defaults
   config.summaries.images_every = 100  # so that images are written within 300 steps
-  model = model_lib.build_model(2, WIDTHS)
+  model = build_model(2)
   results = run_training(tmp_path, config, model, image_summaries_fn=image_summaries)
   event_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(tmp_path, "*", "events*")))
   assert event_bytes < 5 * 2**20
   assert results["summary_bytes"] == event_bytes
   events = read_events(os.path.join(tmp_path, "train"))
-  images = [v for _, plugin, v in events if plugin == "images"]
+  images = [v for _, plugin, _, v in events if plugin == "images"]
   assert len(images) == 2 * 3  # two image summaries at steps 100, 200, 300
   for value in images:
     assert len(value.tensor.string_val) - 2 <= config.summaries.max_outputs  # width, height, then images
-  assert not [tag for tag, plugin, _ in events if plugin == "histograms"]
+  assert not [tag for tag, plugin, _, _ in events if plugin == "histograms"]
 
 
 @pytest.mark.parametrize("asked, expected", [
@@ -192,8 +205,8 @@ def test_histograms_appear_only_when_asked(tmp_path, asked, expected):
   config.summaries.histograms_every = 2
   for key, value in asked.items():
     config.summaries[key] = value
-  run_training(tmp_path, config, model_lib.build_model(2, WIDTHS))
-  tags = {tag for tag, plugin, _ in read_events(os.path.join(tmp_path, "train"))
+  run_training(tmp_path, config, build_model(2))
+  tags = {tag for tag, plugin, _, _ in read_events(os.path.join(tmp_path, "train"))
           if plugin == "histograms"}
   kinds = {"activations" if t.startswith("activations/") else t.rsplit("/", 1)[-1] for t in tags}
   kinds = {"kernel" if k in ("kernel", "depthwise_kernel") else k for k in kinds}
@@ -205,10 +218,10 @@ def test_a_summary_over_the_size_limit_is_refused(tmp_path):
   config.summaries.images_every = 2
   # 3 input images of 16x16x3 are 2,304 bytes; 3 label images of 16x16x1 are 768.
   config.summaries.max_summary_bytes = 1000
-  results = run_training(tmp_path, config, model_lib.build_model(2, WIDTHS),
+  results = run_training(tmp_path, config, build_model(2),
                          image_summaries_fn=image_summaries)
   assert results["summaries_refused"] == 1
-  tags = {tag for tag, plugin, _ in read_events(os.path.join(tmp_path, "train")) if plugin == "images"}
+  tags = {tag for tag, plugin, _, _ in read_events(os.path.join(tmp_path, "train")) if plugin == "images"}
   assert tags == {"labels"}
 
 
@@ -216,9 +229,9 @@ def test_training_reduces_the_loss_and_writes_its_outputs(tmp_path):
   config = tiny_config(steps=40)
   config.train.log_every = 20
   config.optimizer.learning_rate = 1e-2
-  results = run_training(tmp_path, config, model_lib.build_model(2, WIDTHS))
+  results = run_training(tmp_path, config, build_model(2))
   assert results["step"] == 40
-  history = [v for tag, _, v in read_events(os.path.join(tmp_path, "train")) if tag == "loss"]
+  history = [v for tag, _, _, v in read_events(os.path.join(tmp_path, "train")) if tag == "loss"]
   first, last = (tf.make_ndarray(history[i].tensor) for i in (0, -1))
   assert last < 0.7 * first
   for name in ("metrics.json", "config.json", "config.txt"):
@@ -230,5 +243,5 @@ def test_a_tiny_learning_rate_is_reported_as_a_stall(tmp_path, caplog):
   config = tiny_config(steps=4)
   config.optimizer.learning_rate = 1e-50
   config.optimizer.allow_extreme_learning_rate = True
-  run_training(tmp_path, config, model_lib.build_model(2, WIDTHS))
+  run_training(tmp_path, config, build_model(2))
   assert "TRAINING HAS STALLED" in caplog.text

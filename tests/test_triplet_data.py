@@ -217,3 +217,5 @@ def test_eval_preprocessing_crops_the_center(tmp_path):
                                           normalization_name="unit", batch_size=2))
   assert images.shape == (1, 4, 4, 3)
   np.testing.assert_allclose(images.numpy()[0, 0, :, 0] * 255, [20, 30, 40, 50], atol=1e-3)
+  # No held-out images (a folder source without eval_dir or pairs_file): an empty dataset.
+  assert not list(data.make_eval_dataset([], 8, 4, "unit", 2))

@@ -3,6 +3,7 @@ import numpy as np
 from PIL import Image
 import pytest
 
+from triplet import data
 from triplet import metrics
 
 
@@ -104,3 +105,18 @@ def test_write_roc_png_draws_the_curve(tmp_path):
   assert curve[top + 5:bottom - 5, left - 1:left + 2].any(axis=1).all()
   assert curve[top - 1:top + 2, left + 5:right - 5].any(axis=0).all()
   assert not curve[bottom - 40:bottom - 5, right - 40:right - 5].any()
+
+
+def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
+  pairs = [data.Pair("a1", "a2", True), data.Pair("a1", "b1", False),
+           data.Pair("b1", "b2", True), data.Pair("a2", "b2", False)]
+  eval_data = data.EvalData(["a1", "a2", "b1", "b2"], np.array([0, 0, 1, 1]), pairs, num_folds=2)
+  paths = metrics.images_to_embed(eval_data)
+  assert paths == ["a1", "a2", "b1", "b2"]
+  # Two batches of 2-d embeddings; identity a near (1, 0), b near (0, 1).
+  batches = [np.array([[1.0, 0.0], [0.9, 0.1]]), np.array([[0.0, 1.0], [0.1, 0.9]])]
+  results, (far, tar) = metrics.evaluate(lambda x: x, batches, paths, eval_data)
+  assert results["recall_at_1"] == results["recall_at_5"] == 1.0
+  assert results["verification_accuracy"] == 1.0 and results["val_at_far_1e-3"] == 1.0
+  assert metrics.area_under_curve(far, tar) == 1.0
+  assert metrics.evaluate(None, [], [], data.EvalData([], np.zeros([0], np.int64), [], 0)) == ({}, None)

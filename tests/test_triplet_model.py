@@ -86,3 +86,11 @@ def test_classifier_trains_the_embedding_layers():
   classifier = model_lib.build_classifier(model, 3)
   head = classifier.get_layer(model_lib.LOGITS)
   assert len(classifier.trainable_weights) == len(model.trainable_weights) + len(head.trainable_weights)
+
+
+def test_embedding_part_of_a_training_model_or_classifier_is_the_embedding_network():
+  model = build()
+  for outer in (model_lib.build_training_model(model), model_lib.build_classifier(model, 3)):
+    part = model_lib.embedding_part(outer)
+    assert len(part.weights) == len(model.weights)
+    np.testing.assert_allclose(part(images()), model(images()), atol=1e-6)

@@ -9,39 +9,23 @@ import numpy as np
 from PIL import Image
 import pytest
 import tensorflow as tf
-from tensorboard.backend.event_processing import event_accumulator
 
-from configs import triplet as triplet_config
+import helpers
 from triplet import train
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def smoke_config(**overrides):
-  config = triplet_config.get_config("smoke")
-  for key, value in overrides.items():
-    section, _, leaf = key.rpartition(".")
-    (config[section] if section else config)[leaf] = value
-  return config
-
-
-def scalar_tags(logdir):
-  accumulator = event_accumulator.EventAccumulator(
-      str(logdir), size_guidance={event_accumulator.TENSORS: 0})
-  accumulator.Reload()
-  return set(accumulator.Tags()["tensors"])
 
 
 def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path):
-  config = smoke_config(**{"train.num_steps": 10})
+  config = helpers.make_config("triplet", "smoke", **{"train.num_steps": 10})
   results = train.train_and_evaluate(config, str(tmp_path))
   assert results["step"] == 10
-  for name in ("recall_at_1", "recall_at_5", "verification_accuracy", "val_at_far_1e-3"):
+  for name in ("recall_at_1", "recall_at_5", "verification_accuracy", "val_at_far_1e-3", "roc_auc"):
     assert 0.0 <= results["eval"][name] <= 1.0
     assert name in results["initial_eval"]
+  with Image.open(tmp_path / "eval" / "roc.png") as image:  # the final evaluation's report
+    assert image.format == "PNG"
   with open(tmp_path / "metrics.json") as f:
     assert json.load(f)["eval"]["recall_at_1"] == results["eval"]["recall_at_1"]
-  tags = scalar_tags(tmp_path / "train")
+  tags = helpers.scalar_tags(tmp_path / "train")
   assert {"mining/active_fraction", "mining/positive_distance", "mining/negative_distance",
           "embedding_norm", "activations/stem_conv/mean", "activations/stem_conv/variance"} <= tags
 
@@ -57,31 +41,27 @@ def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path):
 
 
 def test_softmax_sanity_mode_raises_training_accuracy(tmp_path):
-  config = smoke_config(**{"loss.name": "softmax", "train.num_steps": 60, "data.load_size": 40,
-                           "data.crop_size": 32, "model.widths": (16, 32, 64),
-                           "model.bn_momentum": 0.8})
+  config = helpers.make_config("triplet", "smoke", **{
+      "loss.name": "softmax", "train.num_steps": 60, "data.load_size": 40, "data.crop_size": 32,
+      "model.widths": (16, 32, 64), "model.bn_momentum": 0.8})
   results = train.train_and_evaluate(config, str(tmp_path))
   before, after = results["initial_eval"]["train_accuracy"], results["eval"]["train_accuracy"]
   print(f"softmax training accuracy {before:.3f} -> {after:.3f}")
   assert after >= 0.75 and after > before + 0.3
-  assert "accuracy" in scalar_tags(tmp_path / "train")
+  assert "accuracy" in helpers.scalar_tags(tmp_path / "train")
 
 
 @pytest.mark.slow
 def test_synthetic_identities_reach_recall_and_verification_090(tmp_path):
   """Held-out identities: recall@1 and 10-fold verification accuracy from chance-like to >= 0.90."""
-  config = triplet_config.get_config("default")
-  overrides = {
+  config = helpers.make_config("triplet", "default", **{
       "data.load_size": 40, "data.crop_size": 32, "data.identities_per_batch": 16,
       "data.num_train_identities": 64, "data.num_eval_identities": 20,
       "data.images_per_synthetic_identity": 6, "data.pairs_per_fold": 30,
       "model.widths": (16, 32, 64), "model.embedding_size": 64, "model.weight_decay": 1e-4,
       "model.bn_momentum": 0.9, "train.num_steps": 400, "train.log_every": 100,
       "train.eval_every": 400, "train.checkpoint_every": 400, "summaries.scalars_every": 100,
-  }
-  for key, value in overrides.items():
-    section, leaf = key.split(".")
-    config[section][leaf] = value
+  })
   started = time.time()
   results = train.train_and_evaluate(config, str(tmp_path))
   initial, final = results["initial_eval"], results["eval"]
@@ -145,8 +125,8 @@ def bad_inputs(tmp_path):
 
 def start_cli(module, args):
   return subprocess.Popen(
-      [sys.executable, "-m", module, "--config=configs/triplet.py:smoke"] + args, cwd=REPO_ROOT,
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      [sys.executable, "-m", module, "--config=configs/triplet.py:smoke"] + args,
+      cwd=helpers.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
 
 
@@ -154,12 +134,13 @@ def start_cli(module, args):
 def test_evaluate_cli_and_bad_input(tmp_path):
   """The evaluate CLI scores a checkpoint and its SavedModel alike; bad input is one line, exit code 2."""
   trained = tmp_path / "trained"
-  train.train_and_evaluate(smoke_config(**{"train.num_steps": 2}), str(trained))
+  train.train_and_evaluate(helpers.make_config("triplet", "smoke", **{"train.num_steps": 2}), str(trained))
+  os.remove(trained / "eval" / "roc.png")  # the CLI's default place: it must write it again
   evaluations = {
       "checkpoint": start_cli("triplet.evaluate", [f"--workdir={trained}"]),
       "saved_model": start_cli("triplet.evaluate", [f"--workdir={trained}",
                                                     f"--saved_model={trained / 'saved_model'}",
-                                                    f"--roc_png={tmp_path / 'roc.png'}"]),
+                                                    f"--report_dir={tmp_path / 'report'}"]),
   }
   cases = bad_inputs(tmp_path)
   processes = {}
@@ -176,7 +157,7 @@ def test_evaluate_cli_and_bad_input(tmp_path):
   assert scores["checkpoint"].keys() == scores["saved_model"].keys()
   for name, value in scores["checkpoint"].items():
     assert scores["saved_model"][name] == pytest.approx(value, abs=1e-5), name
-  for png in (trained / "roc.png", tmp_path / "roc.png"):
+  for png in (trained / "eval" / "roc.png", tmp_path / "report" / "roc.png"):
     with Image.open(png) as image:
       assert image.format == "PNG"
 

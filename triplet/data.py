@@ -10,7 +10,6 @@ together when P is a multiple of the replica count.
 """
 import collections
 import os
-import shutil
 
 from absl import logging
 import numpy as np
@@ -20,6 +19,7 @@ import tensorflow as tf
 
 from common import data as common_data
 from common import normalization
+from common.errors import ConfigError
 from common.errors import DataError
 
 # What batches do with identities that have fewer than K images.
@@ -28,6 +28,8 @@ SMALL_IDENTITY_MODES = ("error", "drop", "repeat")
 Identity = collections.namedtuple("Identity", ["name", "directory", "paths"])
 Pair = collections.namedtuple("Pair", ["path_a", "path_b", "is_same"])
 SyntheticData = collections.namedtuple("SyntheticData", ["train_dir", "eval_dir", "pairs_path"])
+# paths/labels: images of held-out identities for retrieval; pairs: verification pairs in folds.
+EvalData = collections.namedtuple("EvalData", ["paths", "labels", "pairs", "num_folds"])
 
 # Independent random streams derived from the one seed.
 _IDENTITY_ORDER_STREAM, _IMAGE_PICK_STREAM, _AUGMENT_STREAM = 1, 2, 3
@@ -180,34 +182,37 @@ def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identit
   a dark background) and pixel noise, so that only the glyph's shape tells identities
   apart. Evaluation identities are disjoint from training ones. Returns
   SyntheticData(train_dir, eval_dir, pairs_path) under cache_dir, in a folder
-  named after the arguments; an existing complete folder is reused.
+  named after the arguments; an existing folder is reused.
   """
+
+  def write(directory):
+    rng = np.random.default_rng(seed)
+    glyphs = _make_glyphs(num_train + num_eval, grid_size, rng)
+    for split, split_glyphs in (("train", glyphs[:num_train]), ("eval", glyphs[num_train:])):
+      for i, glyph in enumerate(split_glyphs):
+        name = f"{split}{i:05d}"
+        os.makedirs(os.path.join(directory, split, name))
+        for j in range(1, images_per_identity + 1):
+          Image.fromarray(_render_glyph(glyph, image_size, rng)).save(
+              os.path.join(directory, split, name, f"{name}_{j:04d}.png"))
+    _write_pairs_file(os.path.join(directory, "pairs.txt"),
+                      [f"eval{i:05d}" for i in range(num_eval)], images_per_identity,
+                      num_folds, pairs_per_fold, rng)
+
   key = (f"synthetic_seed{seed}_train{num_train}_eval{num_eval}_k{images_per_identity}_"
          f"{image_size}px_grid{grid_size}_pairs{num_folds}x{pairs_per_fold}")
-  directory = os.path.join(cache_dir, key)
-  result = SyntheticData(os.path.join(directory, "train"), os.path.join(directory, "eval"),
-                         os.path.join(directory, "pairs.txt"))
-  if os.path.exists(os.path.join(directory, "COMPLETE")):
-    return result
-  logging.info("writing synthetic identities to %s", directory)
-  rng = np.random.default_rng(seed)
-  glyphs = _make_glyphs(num_train + num_eval, grid_size, rng)
-  tmp = directory + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
-  for split, split_glyphs in (("train", glyphs[:num_train]), ("eval", glyphs[num_train:])):
-    for i, glyph in enumerate(split_glyphs):
-      name = f"{split}{i:05d}"
-      os.makedirs(os.path.join(tmp, split, name))
-      for j in range(1, images_per_identity + 1):
-        Image.fromarray(_render_glyph(glyph, image_size, rng)).save(
-            os.path.join(tmp, split, name, f"{name}_{j:04d}.png"))
-  _write_pairs_file(os.path.join(tmp, "pairs.txt"),
-                    [f"eval{i:05d}" for i in range(num_eval)], images_per_identity,
-                    num_folds, pairs_per_fold, rng)
-  open(os.path.join(tmp, "COMPLETE"), "w").close()
-  shutil.rmtree(directory, ignore_errors=True)
-  os.replace(tmp, directory)
-  return result
+  directory = common_data.write_once(cache_dir, key, write)
+  return SyntheticData(os.path.join(directory, "train"), os.path.join(directory, "eval"),
+                       os.path.join(directory, "pairs.txt"))
+
+
+def prepare_synthetic(data_config, seed, workdir):
+  """Writes (once) the synthetic identities the config describes; returns SyntheticData."""
+  return make_synthetic_identities(
+      common_data.synthetic_cache_dir(data_config, workdir), data_config.num_train_identities,
+      data_config.num_eval_identities, data_config.images_per_synthetic_identity,
+      data_config.load_size, seed, num_folds=data_config.num_pair_folds,
+      pairs_per_fold=data_config.pairs_per_fold)
 
 
 def _make_glyphs(count, grid_size, rng, min_cells=3, min_hamming=3):
@@ -259,6 +264,39 @@ def _write_pairs_file(path, names, images_per_identity, num_folds, per_fold, rng
       lines.append(f"{names[i]}\t{a}\t{names[j]}\t{b}")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
+
+
+# What the config names.
+
+
+def load_train_identities(data_config, seed, workdir):
+  """The training identities after the policy for identities with fewer than K images."""
+  if data_config.source == "synthetic":
+    root = prepare_synthetic(data_config, seed, workdir).train_dir
+  else:
+    root = common_data.required(data_config, "train_dir")
+  identities = list_identities(root, data_config.skip_bad_files)
+  return select_identities(identities, data_config.images_per_identity, data_config.small_identities)
+
+
+def load_eval_data(data_config, seed, workdir):
+  """The held-out identities and verification pairs that the config names."""
+  if data_config.source == "synthetic":
+    synthetic = prepare_synthetic(data_config, seed, workdir)
+    eval_dir, pairs_file, pairs_dir = synthetic.eval_dir, synthetic.pairs_path, synthetic.eval_dir
+  else:
+    eval_dir, pairs_file = data_config.eval_dir, data_config.pairs_file
+    pairs_dir = data_config.pairs_dir or eval_dir
+    if pairs_file and not pairs_dir:
+      raise ConfigError(f"data.pairs_file={pairs_file} needs data.pairs_dir or data.eval_dir")
+  paths, labels = [], np.zeros([0], np.int64)
+  if eval_dir:
+    paths, labels = identity_labels(list_identities(eval_dir, data_config.skip_bad_files))
+  pairs, num_folds = [], 0
+  if pairs_file:
+    pairs, num_folds = read_pairs(pairs_file, pairs_dir)
+    pairs = check_pairs(pairs, data_config.skip_bad_files)
+  return EvalData(paths, labels, pairs, num_folds)
 
 
 # tf.data pipelines.
@@ -364,7 +402,7 @@ def make_train_dataset(identities, identities_per_batch, images_per_identity, lo
 def make_eval_dataset(paths, load_size, crop_size, normalization_name, batch_size):
   """Center-cropped images of `paths`, in order, in batches of batch_size (the last may be smaller)."""
   normalizer = normalization.get_normalizer(normalization_name)
-  dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths)))
+  dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
   dataset = dataset.map(lambda path: preprocess_for_eval(load_image(path, load_size), crop_size, normalizer),
                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
@@ -372,7 +410,7 @@ def make_eval_dataset(paths, load_size, crop_size, normalization_name, batch_siz
 
 def make_uint8_dataset(paths, load_size, batch_size):
   """Images of `paths` resized to load_size, as uint8, in order: what an exported model takes."""
-  dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths)))
+  dataset = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string))
   dataset = dataset.map(lambda path: tf.cast(tf.round(load_image(path, load_size)), tf.uint8),
                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)

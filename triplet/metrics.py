@@ -1,4 +1,4 @@
-"""Verification and retrieval metrics of embeddings, in NumPy.
+"""Verification and retrieval metrics of embeddings, in NumPy, and the scoring of an evaluation set.
 
 Verification follows the LFW protocol: pairs come in `num_folds` contiguous
 folds (pairs.txt order); each fold is scored with the threshold chosen on the
@@ -11,6 +11,9 @@ from PIL import ImageDraw
 
 # Queries scored per block in retrieval, bounding memory to this many rows of distances.
 _RETRIEVAL_BLOCK = 512
+
+# The false accept rate at which VAL is reported (FaceNet's and LFW's 1e-3).
+TARGET_FAR = 1e-3
 
 
 def pair_distances(embeddings_a, embeddings_b):
@@ -169,3 +172,47 @@ def write_roc_png(path, far, tar, title="ROC", size=400, margin=48):
   draw.line([to_pixel(x, y) for x, y in zip(far, tar)], fill=(31, 90, 200), width=2)
   image.save(path, format="PNG")
   return path
+
+
+# Scoring an evaluation set (data.EvalData).
+
+
+def images_to_embed(eval_data):
+  """Every image the metrics need, each once."""
+  pair_paths = [p for pair in eval_data.pairs for p in pair[:2]]
+  return list(dict.fromkeys(list(eval_data.paths) + pair_paths))
+
+
+def compute_embeddings(embed_fn, dataset):
+  return np.concatenate([np.asarray(embed_fn(images)) for images in dataset], axis=0)
+
+
+def score(embeddings_by_path, eval_data):
+  """Returns (metrics dict, (false accept rates, true accept rates) or None)."""
+  results = {}
+  if len(eval_data.paths) and np.max(np.bincount(eval_data.labels)) > 1:
+    embeddings = np.stack([embeddings_by_path[p] for p in eval_data.paths])
+    recall = recall_at_k(embeddings, eval_data.labels, ks=(1, 5))
+    results.update({f"recall_at_{k}": value for k, value in recall.items()})
+  if not eval_data.pairs:
+    return results, None
+  distances = pair_distances(np.stack([embeddings_by_path[p.path_a] for p in eval_data.pairs]),
+                             np.stack([embeddings_by_path[p.path_b] for p in eval_data.pairs]))
+  is_same = np.array([p.is_same for p in eval_data.pairs])
+  verification = verification_accuracy(distances, is_same, eval_data.num_folds)
+  val = val_at_far(distances, is_same, TARGET_FAR, eval_data.num_folds)
+  results.update({
+      "verification_accuracy": verification["accuracy"],
+      "verification_accuracy_std": verification["accuracy_std"],
+      "verification_threshold": verification["threshold"],
+      "val_at_far_1e-3": val["val"],
+      "val_far_achieved": val["far"],
+  })
+  return results, roc_curve(distances, is_same)
+
+
+def evaluate(embed_fn, dataset, paths, eval_data):
+  """Embeds `dataset` (the images of `paths`, in order) and scores them; see score()."""
+  if not paths:
+    return {}, None
+  return score(dict(zip(paths, compute_embeddings(embed_fn, dataset))), eval_data)

@@ -77,3 +77,9 @@ def build_classifier(embedding_model, num_classes, weight_decay=0.0):
       embedding_model.input,
       {LOGITS: logits, EMBEDDING: embedding_model.output, RAW_EMBEDDING: raw},
       name="classifier")
+
+
+def embedding_part(training_model):
+  """The embedding network inside a training model or classifier: the same layers and weights."""
+  return keras.Model(training_model.input, training_model.get_layer(EMBEDDING).output,
+                     name="embedding_model")

@@ -5,7 +5,7 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from inception_finetune import evaluate
+from inception_finetune import metrics
 
 # Four images, six classes. Worked out by hand:
 #   0: label 2 scores highest                          -> top-1 and top-5 hit, predicted 2
@@ -20,9 +20,9 @@ LABELS = np.array([2, 0, 5, 1], np.int32)
 
 
 def test_top_k_on_the_hand_made_case():
-  np.testing.assert_array_equal(evaluate.top_k_hits(LABELS, LOGITS, 1), [True, False, False, True])
-  np.testing.assert_array_equal(evaluate.top_k_hits(LABELS, LOGITS, 5), [True, True, False, True])
-  assert evaluate.top_k_hits(LABELS, LOGITS, 10).all()  # k beyond the class count
+  np.testing.assert_array_equal(metrics.top_k_hits(LABELS, LOGITS, 1), [True, False, False, True])
+  np.testing.assert_array_equal(metrics.top_k_hits(LABELS, LOGITS, 5), [True, True, False, True])
+  assert metrics.top_k_hits(LABELS, LOGITS, 10).all()  # k beyond the class count
 
 
 def test_top_k_agrees_with_tensorflow():
@@ -30,14 +30,14 @@ def test_top_k_agrees_with_tensorflow():
   logits = rng.normal(size=(64, 12)).astype(np.float32)
   labels = rng.integers(0, 12, 64)
   for k in (1, 3, 5):
-    np.testing.assert_array_equal(evaluate.top_k_hits(labels, logits, k),
+    np.testing.assert_array_equal(metrics.top_k_hits(labels, logits, k),
                                   tf.math.in_top_k(labels, logits, k).numpy())
 
 
 def test_evaluate_on_the_hand_made_case():
   # The "images" are the logits and the model is the identity, two per batch.
   dataset = tf.data.Dataset.from_tensor_slices((LOGITS, LABELS)).batch(2)
-  result = evaluate.evaluate(tf.identity, dataset, num_classes=6)
+  result = metrics.evaluate(tf.identity, dataset, num_classes=6)
   assert result.top1 == 0.5 and result.top5 == 0.75
   expected_confusion = np.zeros((6, 6), np.int64)
   for label, predicted in ((2, 2), (0, 1), (5, 0), (1, 1)):
@@ -53,8 +53,10 @@ def test_evaluate_on_the_hand_made_case():
 
 def test_report_files(tmp_path):
   confusion = np.array([[3, 1, 0], [0, 0, 0], [2, 0, 2]])
-  result = evaluate.EvalResult(top1=5 / 8, top5=1.0, loss=0.5, confusion=confusion)
-  evaluate.write_report(result, str(tmp_path), ["pug", "beagle", "akita"])
+  result = metrics.EvalResult(top1=5 / 8, top5=1.0, loss=0.5, confusion=confusion)
+  paths = metrics.write_report(result, str(tmp_path), ["pug", "beagle", "akita"])
+  assert paths == [str(tmp_path / name) for name in ("per_class_accuracy.csv", "confusion_matrix.csv",
+                                                     "confusion_matrix.png")]
   with open(tmp_path / "per_class_accuracy.csv") as f:
     assert list(csv.reader(f)) == [["id", "name", "images", "accuracy"], ["0", "pug", "4", "0.750000"],
                                    ["1", "beagle", "0", ""], ["2", "akita", "4", "0.500000"]]

@@ -1,0 +1,113 @@
+"""The contract between a trainer and the shared machinery.
+
+Each trainer's `task.py` has `make_task(config, workdir) -> Task`, which checks
+the config, builds the datasets and returns everything below. The training
+loop, the evaluation CLI, the exporter and the benchmark use a trainer only
+through its Task, so a trainer folder plus `common/` is a complete template.
+"""
+import dataclasses
+import os
+from typing import Callable, Optional
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from common import train_loop
+from common.errors import CheckpointError
+
+
+@dataclasses.dataclass
+class Evaluation:
+  """One pass over the evaluation set.
+
+  Attributes:
+    metrics: {name: float}, what the loop logs, summarizes and puts in metrics.json.
+    write_report: optional write_report(directory) -> [paths written] (ROC curve, confusion matrix).
+  """
+  metrics: dict
+  write_report: Optional[Callable[[str], list]] = None
+
+  def write(self, directory):
+    """Writes the report files (if there are any) into directory, and logs their paths."""
+    for path in self.write_report(directory) if self.write_report else ():
+      logging.info("wrote %s", path)
+
+
+@dataclasses.dataclass
+class Task:
+  """What a trainer provides.
+
+  Attributes:
+    name: the trainer's name.
+    train_dataset: endless (inputs, targets) batches of train.batch_size.
+    eval_dataset: what make_predict_fn's function takes, in batches: (inputs, targets) or inputs.
+    build_model: builds the training model (call inside the strategy scope, after the precision
+      policy is set).
+    make_phases: make_phases(model, mixed_precision) -> [train_loop.Phase].
+    loss_fn: loss_fn(model, batch, training) -> (scalar float32 loss, {name: scalar}).
+    make_predict_fn: make_predict_fn(model) -> a compiled predict(inputs) giving the outputs that
+      evaluate scores (the same outputs as the exported SavedModel's).
+    evaluate: evaluate(predict, from_saved_model) -> Evaluation over the evaluation set. A SavedModel
+      takes uint8 images of any size, so its predict gets the task's raw-image evaluation inputs.
+    saved_model_predict_fn: saved_model_predict_fn(serving signature) -> predict, as above.
+    export: export(model, path) -> path of the SavedModel written.
+    describe: a few words on the data, for logs and benchmark tables.
+    image_summaries_fn: optional image_summaries_fn(model, batch) -> {name: images in [0, 1]}.
+    make_extra_eval_fn: optional make_extra_eval_fn(model) -> (() -> {name: float}): metrics that
+      need the training model itself (the triplet trainer's softmax head), added during training.
+    train_files: the training examples' files, where the source is files (the benchmark's
+      PIL-pipeline peer reads them); None otherwise.
+  """
+  name: str
+  train_dataset: tf.data.Dataset
+  eval_dataset: tf.data.Dataset
+  build_model: Callable[[], keras.Model]
+  make_phases: Callable
+  loss_fn: Callable
+  make_predict_fn: Callable
+  evaluate: Callable[..., Evaluation]
+  saved_model_predict_fn: Callable
+  export: Callable[[keras.Model, str], str]
+  describe: str = ""
+  image_summaries_fn: Optional[Callable] = None
+  make_extra_eval_fn: Optional[Callable] = None
+  train_files: Optional[list] = None
+
+  def make_evaluate_fn(self, model):
+    """evaluate_fn() -> Evaluation of `model`'s current weights, compiled once."""
+    predict = self.make_predict_fn(model)
+    extra = self.make_extra_eval_fn(model) if self.make_extra_eval_fn else None
+
+    def evaluate_fn():
+      evaluation = self.evaluate(predict, False)
+      if extra:
+        evaluation.metrics.update(extra())
+      return evaluation
+
+    return evaluate_fn
+
+
+def single_phase(num_steps, optimizer_config, mixed_precision):
+  """The phase list of a trainer that trains every layer with one optimizer."""
+  return [train_loop.Phase("train", num_steps,
+                           train_loop.make_optimizer(optimizer_config, mixed_precision))]
+
+
+def load_predict_fn(task, workdir, saved_model=None):
+  """The predict function of a SavedModel, or of the newest checkpoint in workdir."""
+  if saved_model:
+    if not os.path.isdir(saved_model):
+      raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
+    return task.saved_model_predict_fn(tf.saved_model.load(saved_model).signatures["serving_default"])
+  model = task.build_model()
+  logging.info("evaluating %s", train_loop.restore_model(model, workdir))
+  return task.make_predict_fn(model)
+
+
+def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
+  """Scores a SavedModel or the newest checkpoint; writes the report into report_dir if given."""
+  evaluation = task.evaluate(load_predict_fn(task, workdir, saved_model), bool(saved_model))
+  if report_dir:
+    evaluation.write(report_dir)
+  return evaluation

@@ -1,0 +1,145 @@
+"""The Inception V4 fine-tuning task: `make_task(config, workdir)` assembles what the shared code needs.
+
+Training and checkpoint evaluation take images that the input pipeline
+preprocessed (TF-Slim's Inception preprocessing, [-1, 1]); the SavedModel takes
+uint8 images of any size and preprocesses them inside its signature, so its
+evaluation reads the decoded images instead.
+"""
+import tensorflow as tf
+
+from common import export as export_lib
+from common import task as task_lib
+from common import train_loop
+from common.errors import ConfigError
+from inception_finetune import data as data_lib
+from inception_finetune import inception_v4
+from inception_finetune import losses
+from inception_finetune import metrics
+from inception_finetune import preprocessing
+from inception_finetune import slim_checkpoint
+
+
+def validate_config(config):
+  """The fine-tuning sections' checks (data.py checks the data section)."""
+  if not 0 <= config.finetune.head_steps <= config.train.num_steps:
+    raise ConfigError(f"finetune.head_steps={config.finetune.head_steps} must be in "
+                      f"[0, train.num_steps={config.train.num_steps}]")
+  if not 0 <= config.label_smoothing < 1:
+    raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1)")
+  if config.finetune.unfreeze_last_blocks != -1:
+    inception_v4.block_scopes(config.finetune.unfreeze_last_blocks)  # raises for a bad count
+  minimum = inception_v4.MIN_AUX_INPUT_SIZE if config.model.aux_logits else inception_v4.MIN_INPUT_SIZE
+  if config.data.image_size < minimum:
+    raise ConfigError(f"data.image_size={config.data.image_size} is below Inception V4's minimum "
+                      f"{minimum}" + (" with model.aux_logits=True" if config.model.aux_logits else ""))
+
+
+def build_model(config, num_classes):
+  model_cfg = config.model
+  size = config.data.image_size
+  return inception_v4.inception_v4(
+      num_classes=num_classes, input_shape=(size, size, 3), aux_logits=model_cfg.aux_logits,
+      dropout_rate=model_cfg.dropout_rate, weight_decay=model_cfg.weight_decay,
+      hidden_units=model_cfg.hidden_units, hidden_l2=model_cfg.hidden_l2,
+      hidden_dropout_rate=model_cfg.hidden_dropout_rate, logits_stddev=model_cfg.logits_stddev,
+      batch_norm_decay=model_cfg.batch_norm_decay)
+
+
+def make_phases(config, model, mixed_precision):
+  """Phase 1 trains trainable_scopes; phase 2 adds the last unfreeze_last_blocks base blocks.
+
+  Frozen layers' BatchNorm runs in inference mode, so their statistics stay those of the checkpoint.
+  """
+  head_scopes = slim_checkpoint.parse_scopes(config.trainable_scopes)
+  blocks = config.finetune.unfreeze_last_blocks
+  if blocks == -1 or not head_scopes:
+    unfrozen_scopes = []  # everything
+  else:
+    unfrozen_scopes = head_scopes + inception_v4.block_scopes(blocks)
+  head = train_loop.Phase(
+      "head", config.finetune.head_steps,
+      train_loop.make_optimizer(config.optimizer, mixed_precision),
+      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes))
+  unfrozen = train_loop.Phase(
+      "unfrozen", config.train.num_steps - config.finetune.head_steps,
+      train_loop.make_optimizer(config.optimizer, mixed_precision,
+                                learning_rate=config.finetune.learning_rate),
+      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, unfrozen_scopes))
+  return [head, unfrozen]
+
+
+def make_loss_fn(num_classes, label_smoothing, aux_loss_weight):
+  def loss_fn(model, batch, training):
+    images, labels = batch
+    outputs = model(images, training=training)
+    logits = inception_v4.main_logits(outputs)
+    loss = losses.sparse_classification_loss(labels, logits, num_classes, label_smoothing)
+    if isinstance(outputs, (list, tuple)):
+      loss += aux_loss_weight * losses.sparse_classification_loss(labels, outputs[1], num_classes,
+                                                                  label_smoothing)
+    correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(labels, tf.int32))
+    return loss, {"accuracy": tf.reduce_mean(tf.cast(correct, tf.float32))}
+  return loss_fn
+
+
+def make_predict_fn(model):
+  """A compiled forward pass in inference mode returning the main logits in float32."""
+  return tf.function(
+      lambda images: tf.cast(inception_v4.main_logits(model(images, training=False)), tf.float32))
+
+
+def saved_model_predict_fn(serve):
+  """The SavedModel's log-probabilities, which rank like the logits and give the same cross-entropy."""
+  return lambda images: tf.math.log(tf.maximum(serve(images=images)["probabilities"], 1e-30))
+
+
+def image_summaries(model, batch):
+  del model
+  images, _ = batch
+  return {"inputs": (images + 1.0) / 2.0}
+
+
+def export_model(model, path, image_size, central_fraction):
+  """SavedModel: uint8 images [B, H, W, 3] of any size -> class probabilities and ids.
+
+  Images go through TF-Slim's evaluation preprocessing (central crop, legacy
+  bilinear resize to image_size, [-1, 1]) inside the signature.
+  """
+
+  def serve(images):
+    prepared = tf.map_fn(
+        lambda image: preprocessing.preprocess_for_eval(image, image_size, image_size, central_fraction),
+        images, fn_output_signature=tf.float32)
+    logits = tf.cast(inception_v4.main_logits(model(prepared, training=False)), tf.float32)
+    return {"probabilities": tf.nn.softmax(logits),
+            "class_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}
+
+  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES])
+
+
+def make_task(config, workdir):
+  """Checks the config, builds the datasets (labels.txt and synthetic images go to workdir) -> Task."""
+  validate_config(config)
+  cfg = config.data
+  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, workdir)
+
+  def evaluate(predict, from_saved_model):
+    result = metrics.evaluate(predict, data.raw_eval if from_saved_model else data.eval, data.num_classes)
+    return task_lib.Evaluation(
+        result.scalars(), lambda directory: metrics.write_report(result, directory, data.class_names))
+
+  return task_lib.Task(
+      name="inception_v4",
+      train_dataset=data.train,
+      eval_dataset=data.eval,
+      build_model=lambda: build_model(config, data.num_classes),
+      make_phases=lambda model, mixed_precision: make_phases(config, model, mixed_precision),
+      loss_fn=make_loss_fn(data.num_classes, config.label_smoothing, config.finetune.aux_loss_weight),
+      make_predict_fn=make_predict_fn,
+      evaluate=evaluate,
+      saved_model_predict_fn=saved_model_predict_fn,
+      export=lambda model, path: export_model(model, path, cfg.image_size, cfg.central_fraction),
+      describe=(f"{cfg.source} data, {data.num_classes} classes, {cfg.image_size}x{cfg.image_size}; "
+                f"phases: head ({config.trainable_scopes}), unfrozen "
+                f"(+{config.finetune.unfreeze_last_blocks} blocks)"),
+      image_summaries_fn=image_summaries)

@@ -1,0 +1,92 @@
+"""The segmentation task: `make_task(config, workdir)` assembles everything the shared code needs.
+
+Images travel as uint8 from the files to the model, which normalizes them in
+its first layer, so training, evaluation of a checkpoint, evaluation of the
+SavedModel and prediction all take the same input.
+"""
+import tensorflow as tf
+
+from common import data as common_data
+from common import export as export_lib
+from common import task as task_lib
+from common.errors import ConfigError
+from segmentation import data as data_lib
+from segmentation import losses
+from segmentation import metrics
+from segmentation import model as model_lib
+from segmentation import visualize
+
+
+def validate_config(config):
+  """The segmentation sections' checks that need more than one value (data.py checks the rest)."""
+  stride = model_lib.total_stride(config.model.widths)
+  if config.data.patch_size % stride:
+    raise ConfigError(f"data.patch_size={config.data.patch_size} is not divisible by the model's total "
+                      f"stride {stride} (model.widths={tuple(config.model.widths)})")
+  weights = tuple(config.loss.class_weights)
+  if weights and len(weights) != config.data.num_classes:
+    raise ConfigError(f"loss.class_weights has {len(weights)} entries, data.num_classes is "
+                      f"{config.data.num_classes}")
+
+
+def make_loss_fn(ignore_label, class_weights):
+  def loss_fn(model, batch, training):
+    images, labels = batch
+    logits = model(images, training=training)
+    return losses.pixel_cross_entropy(labels, logits, ignore_label, class_weights), {}
+  return loss_fn
+
+
+def make_predict_fn(model):
+  """A compiled forward pass (uint8 images -> logits) that does not retrace for every image size."""
+  return tf.function(lambda images: model(images, training=False), reduce_retracing=True)
+
+
+def image_summaries(model, batch):
+  images, labels = batch
+  predictions = tf.argmax(model(images, training=False), axis=-1)
+  return {"patches/image": images,
+          "patches/label": visualize.colorize(labels.numpy()),
+          "patches/prediction": visualize.colorize(predictions.numpy())}
+
+
+def export_model(model, path, pad_multiple):
+  """SavedModel: uint8 images of any size -> per-pixel logits, probabilities and class ids."""
+
+  def serve(images):
+    height, width = tf.shape(images)[1], tf.shape(images)[2]
+    logits = model(common_data.pad_to_multiple(images, pad_multiple, axis=1), training=False)
+    logits = logits[:, :height, :width]
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits),
+            "class_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}
+
+  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES])
+
+
+def make_task(config, workdir):
+  """Checks the config, builds the datasets (synthetic scenes are cached in workdir) -> Task."""
+  validate_config(config)
+  cfg = config.data
+  pad_multiple = model_lib.total_stride(config.model.widths)
+  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, pad_multiple, workdir)
+
+  def evaluate(predict, from_saved_model):
+    del from_saved_model  # the SavedModel takes the same uint8 images
+    return task_lib.Evaluation(metrics.evaluate(predict, data.eval, data.num_classes, cfg.ignore_label))
+
+  return task_lib.Task(
+      name="segmentation",
+      train_dataset=data.train,
+      eval_dataset=data.eval,
+      build_model=lambda: model_lib.build_model(data.num_classes, tuple(config.model.widths),
+                                                config.model.weight_decay, cfg.normalization),
+      make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,
+                                                             mixed),
+      loss_fn=make_loss_fn(cfg.ignore_label, tuple(config.loss.class_weights) or None),
+      make_predict_fn=make_predict_fn,
+      evaluate=evaluate,
+      saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["logits"],
+      export=lambda model, path: export_model(model, path, pad_multiple),
+      describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
+      image_summaries_fn=image_summaries,
+      train_files=data.train_files)

@@ -1,0 +1,127 @@
+"""The layout a user copies: one set of file names per trainer, imports without circles, and each
+trainer folder plus common/ working on its own."""
+import ast
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from helpers import REPO_ROOT
+from helpers import run_python
+
+TRAINERS = {  # folder: its config file
+    "segmentation": "segmentation.py",
+    "triplet": "triplet.py",
+    "inception_finetune": "inception_v4.py",
+}
+PACKAGES = ("common", "configs", "scripts") + tuple(TRAINERS)
+# The jobs every trainer folder has under the same names (the model of inception_finetune is
+# inception_v4.py, after the network).
+SHARED_FILES = ("task.py", "data.py", "train.py", "evaluate.py", "metrics.py")
+
+
+def project_modules():
+  """{dotted module name: path} of every Python file of the project's packages."""
+  modules = {}
+  for package in PACKAGES:
+    for folder, _, files in os.walk(os.path.join(REPO_ROOT, package)):
+      for name in files:
+        if name.endswith(".py"):
+          path = os.path.join(folder, name)
+          dotted = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
+          modules[dotted.removesuffix(".__init__")] = path
+  return modules
+
+
+def imports_of(path, modules):
+  """[(imported project module, line, whether the import is inside a function or class)]."""
+  tree = ast.parse(open(path).read(), path)
+  nested = {id(node) for parent in ast.walk(tree)
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for node in ast.walk(parent) if node is not parent}
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+    else:
+      continue
+    for name in names:
+      if name in modules:
+        found.append((name, node.lineno, id(node) in nested))
+        break
+  return found
+
+
+def import_graph():
+  modules = project_modules()
+  return {name: imports_of(path, modules) for name, path in modules.items()}
+
+
+def test_no_lazy_imports_and_no_trainer_imports_another():
+  problems = []
+  for module, imports in import_graph().items():
+    top = module.split(".")[0]
+    for imported, line, nested in imports:
+      target = imported.split(".")[0]
+      where = f"{module} line {line} imports {imported}"
+      if nested:
+        problems.append(f"{where} inside a function or class")
+      if top == "common" and target != "common":
+        problems.append(f"{where}: common/ imports only common/")
+      if top in TRAINERS and target not in (top, "common"):
+        problems.append(f"{where}: a trainer imports only itself and common/")
+      if module.endswith(".evaluate") and imported.endswith(".train") or (
+          module.endswith(".train") and imported.endswith(".evaluate")):
+        problems.append(f"{where}: train.py and evaluate.py both build on task.py")
+  assert not problems, "\n".join(problems)
+
+
+def test_no_import_circle():
+  graph = {module: sorted({name for name, _, _ in imports}) for module, imports in import_graph().items()}
+  state = {}  # module -> "open" while on the path, "done" after
+
+  def visit(module, path):
+    state[module] = "open"
+    for imported in graph.get(module, ()):
+      if state.get(imported) == "open":
+        cycle = path[path.index(imported):] + [imported]
+        raise AssertionError("import circle: " + " -> ".join(cycle))
+      if imported not in state:
+        visit(imported, path + [imported])
+    state[module] = "done"
+
+  for module in sorted(graph):
+    if module not in state:
+      visit(module, [module])
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_trainer_folders_share_their_file_names(trainer):
+  missing = [name for name in SHARED_FILES if not os.path.isfile(os.path.join(REPO_ROOT, trainer, name))]
+  assert not missing, f"{trainer}/ lacks {missing}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_a_trainer_copied_alone_with_common_runs_its_smoke_preset(trainer, tmp_path):
+  """What a user copies as a template: common/, one trainer folder, its config and requirements.txt."""
+  copy = tmp_path / "template"
+  for folder in ("common", trainer):
+    shutil.copytree(os.path.join(REPO_ROOT, folder), copy / folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+  os.makedirs(copy / "configs")
+  config_file = TRAINERS[trainer]
+  shutil.copy(os.path.join(REPO_ROOT, "configs", config_file), copy / "configs" / config_file)
+  shutil.copy(os.path.join(REPO_ROOT, "requirements.txt"), copy / "requirements.txt")
+  assert sorted(os.listdir(copy)) == sorted(["common", trainer, "configs", "requirements.txt"])
+
+  result = run_python(["-m", f"{trainer}.train", f"--config=configs/{config_file}:smoke",
+                       "--workdir=run"], cwd=copy, env={k: v for k, v in os.environ.items()
+                                                       if k != "PYTHONPATH"})
+  assert result.returncode == 0, result.stderr[-3000:]
+  saved_model = tf.saved_model.load(str(copy / "run" / "saved_model"))
+  assert "serving_default" in saved_model.signatures
+  assert os.path.isfile(copy / "run" / "metrics.json")

@@ -1,0 +1,174 @@
+"""The triplet task: `make_task(config, workdir)` assembles everything the shared code needs.
+
+The model that trains is the embedding CNN with its embedding before
+normalization as a second output (a training statistic), or, in the softmax
+sanity mode, a classifier around it; evaluation, prediction and the
+SavedModel use the embedding network inside it.
+"""
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from common import export as export_lib
+from common import normalization
+from common import task as task_lib
+from common.errors import ConfigError
+from triplet import data as data_lib
+from triplet import losses
+from triplet import metrics
+from triplet import model as model_lib
+
+SOFTMAX = "softmax"
+LOSS_NAMES = tuple(losses.LOSSES) + (SOFTMAX,)
+ROC_PNG = "roc.png"
+
+
+def validate_config(config):
+  data, loss = config.data, config.loss
+  if loss.name not in LOSS_NAMES:
+    raise ConfigError(f"loss.name='{loss.name}' is not one of {', '.join(LOSS_NAMES)}")
+  if data.source not in ("synthetic", "folder"):
+    raise ConfigError(f"data.source='{data.source}' is not one of synthetic, folder")
+  if data.small_identities not in data_lib.SMALL_IDENTITY_MODES:
+    raise ConfigError(f"data.small_identities='{data.small_identities}' is not one of "
+                      f"{', '.join(data_lib.SMALL_IDENTITY_MODES)}")
+  if data.identities_per_batch < 2 or data.images_per_identity < 1:
+    raise ConfigError(f"data.identities_per_batch={data.identities_per_batch} must be >= 2 and "
+                      f"data.images_per_identity={data.images_per_identity} >= 1")
+  if loss.name != SOFTMAX and data.images_per_identity < 2:
+    raise ConfigError(f"loss.name={loss.name} needs data.images_per_identity >= 2 (anchor and positive)")
+  if config.train.batch_size != data.identities_per_batch * data.images_per_identity:
+    raise ConfigError(f"train.batch_size={config.train.batch_size} must be data.identities_per_batch "
+                      f"x data.images_per_identity = {data.identities_per_batch * data.images_per_identity}")
+  if not 0 < data.crop_size <= data.load_size:
+    raise ConfigError(f"data.crop_size={data.crop_size} must be in 1..data.load_size={data.load_size}")
+  normalization.get_normalizer(data.normalization)
+
+
+def build_model(config, num_identities):
+  """The training model: the embedding CNN, around which softmax mode puts a classifier head."""
+  crop = config.data.crop_size
+  embedding_model = model_lib.build_embedding_model(
+      (crop, crop, 3), config.model.embedding_size, tuple(config.model.widths),
+      config.model.weight_decay, config.model.bn_momentum)
+  if config.loss.name == SOFTMAX:
+    return model_lib.build_classifier(embedding_model, num_identities, config.model.weight_decay)
+  return model_lib.build_training_model(embedding_model)
+
+
+def embedding_norm(outputs):
+  """Mean norm of the embeddings before their normalization (it drifts when training goes wrong)."""
+  return tf.reduce_mean(tf.norm(outputs[model_lib.RAW_EMBEDDING], axis=1))
+
+
+def make_triplet_loss_fn(loss_name, margin, squared):
+  loss = losses.LOSSES[loss_name]
+
+  def loss_fn(model, batch, training):
+    images, labels = batch
+    outputs = model(images, training=training)
+    value, statistics = loss(labels, outputs[model_lib.EMBEDDING], margin, squared)
+    scalars = {f"mining/{name}": value for name, value in statistics.items()}
+    scalars["embedding_norm"] = embedding_norm(outputs)
+    return value, scalars
+
+  return loss_fn
+
+
+def softmax_loss_fn(model, batch, training):
+  images, labels = batch
+  outputs = model(images, training=training)
+  logits = outputs[model_lib.LOGITS]
+  value = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+  correct = tf.equal(tf.argmax(logits, axis=1, output_type=labels.dtype), labels)
+  return value, {"accuracy": tf.reduce_mean(tf.cast(correct, tf.float32)),
+                 "embedding_norm": embedding_norm(outputs)}
+
+
+def make_predict_fn(model):
+  """A compiled pass from normalized crops to embeddings that does not retrace for a smaller last batch."""
+  embedding_model = model_lib.embedding_part(model)
+  return tf.function(lambda images: embedding_model(images, training=False), reduce_retracing=True)
+
+
+def make_classifier_accuracy_fn(classifier, identities, data_config):
+  """Accuracy of the softmax head on the first K images of every training identity (center crops)."""
+  k = data_config.images_per_identity
+  paths = [path for identity in identities for path in identity.paths[:k]]
+  labels = np.repeat(np.arange(len(identities)), [len(i.paths[:k]) for i in identities])
+  dataset = data_lib.make_eval_dataset(paths, data_config.load_size, data_config.crop_size,
+                                       data_config.normalization, data_config.eval_batch_size)
+  predict = tf.function(lambda images: classifier(images, training=False)[model_lib.LOGITS],
+                        reduce_retracing=True)
+
+  def accuracy():
+    logits = np.concatenate([predict(images).numpy() for images in dataset])
+    return {"train_accuracy": float(np.mean(np.argmax(logits, axis=1) == labels))}
+
+  return accuracy
+
+
+def export_model(model, path, data_config):
+  """SavedModel: uint8 images [B, H, W, 3] of any size -> {"embeddings": L2-normalized [B, D]}.
+
+  Images get the evaluation preprocessing: resize to load_size, center crop,
+  normalization. Only the embedding network is saved (no classifier head).
+  """
+  embedding_model = model_lib.embedding_part(model)
+  normalizer = normalization.get_normalizer(data_config.normalization)
+
+  def serve(images):
+    images = tf.image.resize(images, [data_config.load_size, data_config.load_size])
+    images = data_lib.preprocess_for_eval(images, data_config.crop_size, normalizer)
+    return {"embeddings": embedding_model(images, training=False)}
+
+  return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES])
+
+
+def make_task(config, workdir):
+  """Checks the config, lists the identities (synthetic ones are written once) -> Task."""
+  validate_config(config)
+  cfg = config.data
+  identities = data_lib.load_train_identities(cfg, config.seed, workdir)
+  eval_data = data_lib.load_eval_data(cfg, config.seed, workdir)
+  eval_paths = metrics.images_to_embed(eval_data)
+  eval_dataset = data_lib.make_eval_dataset(eval_paths, cfg.load_size, cfg.crop_size,
+                                            cfg.normalization, cfg.eval_batch_size)
+
+  def evaluate(predict, from_saved_model):
+    """Retrieval on the held-out identities and verification of the pairs; the report is the ROC."""
+    dataset = (data_lib.make_uint8_dataset(eval_paths, cfg.load_size, cfg.eval_batch_size)
+               if from_saved_model else eval_dataset)
+    results, roc = metrics.evaluate(predict, dataset, eval_paths, eval_data)
+    if roc is None:
+      return task_lib.Evaluation(results)
+    results["roc_auc"] = metrics.area_under_curve(*roc)
+
+    def write_report(directory):
+      os.makedirs(directory, exist_ok=True)
+      return [metrics.write_roc_png(os.path.join(directory, ROC_PNG), *roc, title="verification ROC")]
+
+    return task_lib.Evaluation(results, write_report)
+
+  softmax = config.loss.name == SOFTMAX
+  return task_lib.Task(
+      name="triplet",
+      train_dataset=data_lib.make_train_dataset(
+          identities, cfg.identities_per_batch, cfg.images_per_identity, cfg.load_size,
+          cfg.crop_size, cfg.normalization, config.seed),
+      eval_dataset=eval_dataset,
+      build_model=lambda: build_model(config, len(identities)),
+      make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,
+                                                             mixed),
+      loss_fn=(softmax_loss_fn if softmax else
+               make_triplet_loss_fn(config.loss.name, config.loss.margin, config.loss.squared)),
+      make_predict_fn=make_predict_fn,
+      evaluate=evaluate,
+      saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
+      export=lambda model, path: export_model(model, path, cfg),
+      describe=(f"{cfg.source} data, {cfg.identities_per_batch} identities x "
+                f"{cfg.images_per_identity} images, {cfg.crop_size}x{cfg.crop_size} crops, "
+                f"loss {config.loss.name}"),
+      make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, cfg))
+      if softmax else None)
