@@ -6,6 +6,7 @@ the program with one line on stderr and exit code 2; an interrupted run exits
 """
 import logging as std_logging
 import os
+import signal
 import sys
 
 from absl import app
@@ -73,8 +74,25 @@ def _user_error_in(error):
 
 
 def fail(message, code=EXIT_USER_ERROR):
+  """Prints the one `error:` line and exits; TensorFlow's warnings at exit (unrestored checkpoint
+  values, say) are silenced so that the error stays the last line."""
+  logging.set_verbosity(logging.ERROR)
+  std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
   print(f"error: {message}", file=sys.stderr, flush=True)
   sys.exit(code)
+
+
+class _Interrupted(KeyboardInterrupt):
+  """SIGTERM outside the training loop (start-up, export): ends the program like Ctrl-C."""
+
+  def __init__(self, signum):
+    super().__init__(signum)
+    self.signum = signum
+
+
+def _interrupt(signum, frame):
+  del frame
+  raise _Interrupted(signum)
 
 
 def _parse_flags(argv):
@@ -94,19 +112,37 @@ _TENSORFLOW_DIR = f"{os.sep}tensorflow{os.sep}"
 
 
 def run(main):
-  """Runs `main(argv)` under absl: user errors exit 2, divergence 3, a signal 128 + its number."""
+  """Runs `main(argv)` under absl with run_guarded's exits."""
 
   def guarded_main(argv):
     logging.get_absl_handler().addFilter(_quiet_tensorflow_info)
     std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
-    try:
-      return main(argv)
-    except UserError as e:
-      fail(str(e))
-    except train_loop.TrainingDiverged as e:
-      fail(f"training diverged: {e}", EXIT_DIVERGED)
-    except train_loop.TrainingInterrupted as e:
-      print(str(e), file=sys.stderr, flush=True)
-      sys.exit(128 + e.signum)
+    return run_guarded(main, argv)
 
   app.run(guarded_main, flags_parser=_parse_flags)
+
+
+def run_guarded(function, *args):
+  """Runs function(*args): user errors exit 2 with one line, divergence 3, a signal 128 + its number.
+
+  The CLIs run their main through it, and tests run train_and_evaluate through
+  it to check the exits of many bad inputs in one interpreter.
+  """
+  # The training loop records signals itself and checkpoints before it exits; outside it, a
+  # signal ends the program with one line (the newest checkpoint is written before every
+  # evaluation and before the export).
+  signal.signal(signal.SIGTERM, _interrupt)
+  try:
+    return function(*args)
+  except UserError as e:
+    fail(str(e))
+  except train_loop.TrainingDiverged as e:
+    fail(f"training diverged: {e}", EXIT_DIVERGED)
+  except train_loop.TrainingInterrupted as e:
+    print(str(e), file=sys.stderr, flush=True)
+    sys.exit(128 + e.signum)
+  except KeyboardInterrupt as e:
+    signum = getattr(e, "signum", signal.SIGINT)
+    print(f"interrupted by {signal.Signals(signum).name} outside training; every checkpoint "
+          "written so far is kept: run the same command again to continue", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)

@@ -7,8 +7,11 @@ unknown-key check here runs before that so a typo is one clear line.
 """
 import difflib
 import json
+import math
+import numbers
 import os
 import re
+import typing
 
 import ml_collections
 
@@ -43,6 +46,9 @@ def base_config():
   # Warn when no step finishes for this long (a stuck input pipeline); 0 turns it off.
   config.train.stall_timeout_s = 600.0
   config.train.jit_compile = False
+  # Resume from a checkpoint whose input pipeline differs (batch size, files...): keep the model,
+  # optimizer and step, and start the input from a fresh position.
+  config.train.reset_input_pipeline = False
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.learning_rate = 1e-3
@@ -126,26 +132,100 @@ def override_keys(argv):
   return [m.group(1) for m in map(_OVERRIDE.match, argv) if m]
 
 
-def validate_config(config):
-  """Checks the shared fields; trainers check their own sections."""
-  lr = config.optimizer.learning_rate
-  if not config.optimizer.allow_extreme_learning_rate and not (
-      MIN_LEARNING_RATE <= lr <= MAX_LEARNING_RATE):
-    raise ConfigError(
-        f"optimizer.learning_rate={lr:g} is outside [{MIN_LEARNING_RATE:g}, {MAX_LEARNING_RATE:g}]; "
-        "set optimizer.allow_extreme_learning_rate=True if you mean it")
-  for key in ("train.batch_size", "train.num_steps", "train.log_every", "train.eval_every",
-              "train.checkpoint_every", "summaries.scalars_every", "summaries.images_every",
-              "summaries.histograms_every", "optimizer.decay_steps"):
+# Value checks. A Check is a predicate and the words for what it allows; check_values turns the
+# first value a check refuses into one line, "key=value must be <allowed>". Types are checked too:
+# ml_collections lets None, True for an int, and anything a preset sets through.
+
+
+class Check(typing.NamedTuple):
+  ok: typing.Callable[[typing.Any], bool]
+  allowed: str
+
+
+def check_values(config, checks):
+  """Raises ConfigError for the first {dotted.key: Check} whose value the check refuses."""
+  for key, check in checks.items():
     value = get_value(config, key)
-    if not isinstance(value, int) or value <= 0:
-      raise ConfigError(f"{key}={value!r} must be a positive integer")
-  if config.summaries.max_outputs < 0:
-    raise ConfigError(f"summaries.max_outputs={config.summaries.max_outputs} must be >= 0")
-  if not 0 < config.optimizer.decay_rate <= 1:
-    raise ConfigError(f"optimizer.decay_rate={config.optimizer.decay_rate} must be in (0, 1]")
-  if config.optimizer.clipnorm < 0:
-    raise ConfigError(f"optimizer.clipnorm={config.optimizer.clipnorm} must be >= 0")
+    if not check.ok(value):
+      raise ConfigError(f"{key}={value!r} must be {check.allowed}")
+
+
+def _is_int(value):
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)  # True is an int in Python
+
+
+def integer(low, high=None, allowed=None):
+  """An integer in [low, high] (high=None: no upper bound)."""
+  words = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+  return Check(lambda v: _is_int(v) and low <= v and (high is None or v <= high), allowed or words)
+
+
+def number(low, high=math.inf, low_open=False, high_open=False):
+  """A finite number in an interval, ends included unless open: number(0, 1, high_open=True) is [0, 1)."""
+  high_open = high_open or high == math.inf
+
+  def ok(v):
+    return (isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            and (low < v if low_open else low <= v) and (v < high if high_open else v <= high))
+
+  return Check(ok, f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}")
+
+
+def one_of(*choices):
+  return Check(lambda v: v in choices, "one of " + ", ".join(map(repr, choices)))
+
+
+def sequence_of(item, allowed, non_empty=False):
+  """A tuple or list (the CLI gives tuples) whose every item passes `item`."""
+  return Check(lambda v: isinstance(v, (tuple, list)) and (len(v) > 0 or not non_empty)
+               and all(item.ok(x) for x in v), allowed)
+
+
+BOOL = Check(lambda v: isinstance(v, bool), "True or False")
+POSITIVE_INT = integer(1, allowed="a positive integer")
+NON_NEGATIVE_INT = integer(0)
+NON_NEGATIVE = number(0)
+POSITIVE = number(0, low_open=True)
+FRACTION = number(0, 1, high_open=True)  # rates and momenta: 1 would drop, smooth or freeze everything
+STRING = Check(lambda v: isinstance(v, str), "a string")
+POSITIVE_INTS = sequence_of(POSITIVE_INT, "a non-empty sequence of positive integers", non_empty=True)
+
+
+def learning_rate(allow_extreme):
+  """The check of a learning rate; outside [MIN, MAX] only with optimizer.allow_extreme_learning_rate."""
+  if allow_extreme:
+    return POSITIVE
+  in_range = number(MIN_LEARNING_RATE, MAX_LEARNING_RATE)
+  return Check(in_range.ok,
+               in_range.allowed + "; set optimizer.allow_extreme_learning_rate=True if you mean it")
+
+
+def validate_config(config):
+  """Checks the shared fields (trainers check their own sections in their task.validate_config)."""
+  check_values(config, {
+      "seed": integer(0, 2**32 - 1),  # NumPy's seed range
+      "deterministic": BOOL,
+      "mixed_precision": BOOL,
+      **dict.fromkeys(["train.batch_size", "train.num_steps", "train.log_every", "train.eval_every",
+                       "train.checkpoint_every", "train.keep_checkpoints",
+                       "train.max_consecutive_nonfinite", "optimizer.decay_steps",
+                       "summaries.scalars_every", "summaries.images_every",
+                       "summaries.histograms_every", "summaries.max_summary_bytes"], POSITIVE_INT),
+      "train.stall_update_ratio": NON_NEGATIVE,
+      "train.stall_timeout_s": NON_NEGATIVE,  # 0 = off
+      "train.jit_compile": BOOL,
+      "train.reset_input_pipeline": BOOL,
+      "optimizer.allow_extreme_learning_rate": BOOL,  # before the learning rate, which it widens
+      "optimizer.learning_rate": learning_rate(config.optimizer.allow_extreme_learning_rate),
+      "optimizer.decay_rate": number(0, 1, low_open=True),
+      "optimizer.staircase": BOOL,
+      "optimizer.clipnorm": NON_NEGATIVE,  # 0 = off
+      "summaries.max_outputs": NON_NEGATIVE_INT,  # 0 = no images
+      **dict.fromkeys(["summaries.histograms", "summaries.bias_histograms",
+                       "summaries.activation_histograms", "summaries.activation_stats"], BOOL),
+      "hardware.memory_limit_mb": NON_NEGATIVE_INT,  # 0 = the whole GPU
+      "hardware.memory_growth": BOOL,
+  })
 
 
 def get_value(config, dotted_key):

@@ -7,7 +7,12 @@ py_function, no from_generator).
 import collections
 import concurrent.futures
 import contextlib
+import csv
+import hashlib
+import io
+import itertools
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -29,8 +34,14 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 # Log progress of an up-front check only for lists at least this long.
 _PROGRESS_MIN_ITEMS = 1000
 _NUM_CHECK_THREADS = 8
-# How many skipped names the summary line lists before "...".
+# Items handed to the thread pool (or records batched by a TFRecord check) at a time, so that
+# TFRecord files are never read whole.
+_CHECK_CHUNK = 256
+# How many skipped names the summary line lists before "...", and the data report keeps.
 _MAX_NAMES_LOGGED = 10
+_MAX_NAMES_REPORTED = 100
+# data.duplicates: an id listed twice (or in train and eval) is an error, or a warning.
+DUPLICATE_MODES = ("error", "warn")
 # Bytes of a memory-mapped array scanned per step of a NaN or label check.
 _SCAN_CHUNK_BYTES = 64 << 20
 
@@ -104,6 +115,18 @@ def split_by_hash(examples, eval_fraction, path_fn, group_fn=None):
   return [e for e in examples if e not in eval_set], [e for e in examples if e in eval_set]
 
 
+def files_fingerprint(paths):
+  """'<n> files, <digest>' of an ordered list of files, for a checkpoint's input fingerprint.
+
+  Adding, removing or renaming a file changes it; rewriting one, or moving the
+  whole folder, does not (names count relative to the files' common folder).
+  """
+  root = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname(paths[0]) if paths else ""
+  names = [os.path.relpath(path, root) for path in paths]
+  digest = hashlib.sha1("\n".join(names).encode()).hexdigest()[:12]
+  return f"{len(paths)} files, {digest}"
+
+
 def pad_to_multiple(tensor, multiple, value=0, axis=0):
   """Pads axes `axis` and `axis + 1` (height, width) at the end to multiples of `multiple`."""
   shape = tf.shape(tensor)
@@ -114,6 +137,91 @@ def pad_to_multiple(tensor, multiple, value=0, axis=0):
   return tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
 
 
+# Text inputs: one reader for split files, CSVs, labels and pairs files.
+
+
+def read_text(path, what):
+  """The contents of a UTF-8 text file (a BOM is dropped); a DataError names a missing
+  file, a folder, or the first byte that is not UTF-8."""
+  contents = read_file(path, what)
+  try:
+    return contents.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    line = contents.count(b"\n", 0, e.start) + 1
+    raise DataError(f"{path}: not UTF-8 text (byte 0x{contents[e.start]:02x} at line {line}); "
+                    "save it as UTF-8") from None
+
+
+def read_text_lines(path, what):
+  """[(line number, line)] of the non-blank lines of a UTF-8 text file, line ends stripped.
+
+  Lines are split at \\n only (not at the other breaks str.splitlines knows), so
+  that the numbers are those an editor shows.
+  """
+  lines = [(n, line.rstrip("\r")) for n, line in enumerate(read_text(path, what).split("\n"), start=1)]
+  return [(n, line) for n, line in lines if line.strip()]
+
+
+def read_csv_rows(path, what):
+  """[(line number, fields)] of the non-empty rows of a UTF-8 CSV file, fields stripped."""
+  reader = csv.reader(io.StringIO(read_text(path, what), newline=""))
+  return [(reader.line_num, [field.strip() for field in row]) for row in reader if any(row)]
+
+
+def duplicates_mode(data_cfg):
+  """data.duplicates, checked."""
+  mode = data_cfg.duplicates
+  if mode not in DUPLICATE_MODES:
+    raise ConfigError(f"data.duplicates='{mode}' is not one of {', '.join(DUPLICATE_MODES)}")
+  return mode
+
+
+def first_entries(entries, path, what, duplicates, value_name=None):
+  """The entries (key, value, line number) of a file whose key comes first.
+
+  A key listed again (with the same value, or with another: a conflict) is a
+  DataError naming both lines, or with duplicates="warn" a warning; the first
+  entry is kept either way.
+  """
+  first, kept = {}, []
+  for key, value, line in entries:
+    if key not in first:
+      first[key] = (value, line)
+      kept.append((key, value, line))
+      continue
+    first_value, first_line = first[key]
+    if value == first_value:
+      message = f"{path}:{line}: {what} '{key}' is listed again (first at line {first_line})"
+    else:
+      message = (f"{path}:{line}: {what} '{key}' has {value_name} '{value}' here but '{first_value}' "
+                 f"at line {first_line}")
+    _report_duplicate(message, duplicates, "remove one, or set data.duplicates='warn' to keep the first",
+                      "keeping the first")
+  return kept
+
+
+def check_overlap(train, evaluation, what, duplicates):
+  """Reports keys both in `train` and `evaluation` ({key: where}, where = "path:line" or a path).
+
+  An example in both splits makes the evaluation measure training images: a
+  DataError naming the first, or with duplicates="warn" a warning (both kept).
+  """
+  both = [key for key in evaluation if key in train]
+  if both:
+    others = f" ({len(both) - 1} more)" if len(both) > 1 else ""
+    message = (f"{evaluation[both[0]]}: {what} '{both[0]}' is in the training split too "
+               f"({train[both[0]]}){others}")
+    _report_duplicate(message, duplicates,
+                      "remove it from one split, or set data.duplicates='warn' to keep both",
+                      "kept in both splits")
+
+
+def _report_duplicate(message, duplicates, fix, kept):
+  if duplicates == "error":
+    raise DataError(f"{message}; {fix}")
+  logging.warning("%s; %s", message, kept)
+
+
 # Listing and checking files.
 
 
@@ -122,102 +230,187 @@ def list_files(directory, extensions):
   if not os.path.isdir(directory):
     raise DataError(f"{directory}: no such directory")
   suffixes = tuple(e.lower() for e in extensions)
-  paths = sorted(
-      os.path.join(directory, name) for name in os.listdir(directory)
-      if name.lower().endswith(suffixes) and os.path.isfile(os.path.join(directory, name)))
+  files = sorted(name for name in os.listdir(directory)
+                 if not name.startswith(".") and os.path.isfile(os.path.join(directory, name)))
+  paths = [os.path.join(directory, name) for name in files if name.lower().endswith(suffixes)]
   if not paths:
     raise DataError(f"{directory}: no files ending in {', '.join(suffixes)}")
+  others = [name for name in files if not name.lower().endswith(suffixes)]
+  if others:  # not silently: a photo saved as .webp, say, would be missed
+    logging.warning("%s: left out %d files not ending in %s, e.g. %s", directory, len(others),
+                    ", ".join(suffixes), others[0])
   return paths
 
 
+def read_file(path, what="file"):
+  """The bytes of a file; a DataError names a missing file, a folder or an unreadable file."""
+  try:
+    with open(path, "rb") as f:
+      return f.read()
+  except FileNotFoundError:
+    raise DataError(f"{path}: no such {what}") from None
+  except IsADirectoryError:
+    raise DataError(f"{path}: a folder, expected a {what}") from None
+  except OSError as e:
+    raise DataError(f"{path}: cannot read the {what} ({e.strerror})") from None
+
+
 @contextlib.contextmanager
-def decoded_image(path):
+def decoded_image(path, contents=None):
   """Opens and fully decodes an image with PIL; UndecodableFileError if it does not decode.
 
   PIL raises many types for broken files (OSError, SyntaxError, EOFError,
   zlib.error...), hence the broad excepts around opening and decoding only.
   """
-  try:
-    img = Image.open(path)
-  except FileNotFoundError:
-    raise DataError(f"{path}: no such file") from None
-  except Exception as e:  # pylint: disable=broad-except
-    raise UndecodableFileError(f"{path}: does not decode as an image ({e})") from None
-  with img:
+  with _opened_image(path, contents) as img:
     try:
       img.load()
     except Exception as e:  # pylint: disable=broad-except
-      raise UndecodableFileError(f"{path}: does not decode as an image ({e})") from None
+      raise UndecodableFileError(f"{path}: does not decode as an image ({_one_line(e)})") from None
     yield img
 
 
+@contextlib.contextmanager
+def _opened_image(path, contents=None):
+  """A PIL image of the file (its header read, its pixels not decoded)."""
+  contents = read_file(path) if contents is None else contents
+  try:
+    img = Image.open(io.BytesIO(contents))
+  except Image.UnidentifiedImageError:
+    raise UndecodableFileError(f"{path}: does not decode as an image (not an image, or its header "
+                               "is corrupt)") from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise UndecodableFileError(f"{path}: does not decode as an image ({_one_line(e)})") from None
+  with img:
+    yield img
+
+
+def _one_line(error):
+  return " ".join(str(error).split()) or type(error).__name__
+
+
+def tf_decoded(path, decode_fn, *args, **kwargs):
+  """decode_fn(*args, **kwargs); run eagerly, a TensorFlow error is an UndecodableFileError naming path.
+
+  PIL reads files that TensorFlow's decoders refuse (a PNG missing its last
+  bytes or with a bad IDAT checksum, a GIF missing its last block, a 1-bit
+  BMP), so the check decodes with the pipeline's own op: it then fails on
+  exactly the files the pipeline would fail on.
+  """
+  try:
+    return decode_fn(*args, **kwargs)
+  except tf.errors.OpError as e:  # the op reads nothing but these bytes, so they are at fault
+    raise UndecodableFileError(f"{path}: does not decode as an image (TensorFlow: {tf_reason(e)})") from None
+
+
+def tf_reason(error):
+  """The first line of a TensorFlow error, without the function and op names around it."""
+  lines = str(error.message).strip().splitlines() or [type(error).__name__]
+  reason = re.sub(r"^\{\{[^}]*\}\}\s*", "", lines[0])
+  return re.sub(r"\s*\[Op:\w+\].*$", "", reason)
+
+
 def check_image(path):
-  """Decodes an image up front; returns its PIL format, mode and (width, height)."""
-  with decoded_image(path) as img:
+  """Decodes an image up front as the pipelines do; returns its PIL format, mode and (width, height).
+
+  PIL reads the header (format, size; a clear line for formats TensorFlow does
+  not read), TensorFlow decodes the pixels (see tf_decoded).
+  """
+  contents = read_file(path)
+  with _opened_image(path, contents) as img:
     image_format, mode, size = img.format, img.mode, img.size
   if image_format not in TF_IMAGE_FORMATS:
     raise UndecodableFileError(
         f"{path}: {image_format} images are not read by TensorFlow; use {', '.join(TF_IMAGE_FORMATS)}")
+  tf_decoded(path, decode_image, contents)
   return image_format, mode, size
 
 
-def check_files(items, check_fn, skip_bad_files, name_fn=str):
+def check_files(items, check_fn, skip_bad_files, name_fn=str, what="files"):
   """Runs `check_fn(item)` over `items` in a thread pool, in order.
 
   Args:
     items: what to check (paths, or tuples of paths).
     check_fn: item -> info; raises DataError for a bad item, UndecodableFileError
       for one that does not decode.
-    skip_bad_files: skip and count undecodable items instead of raising; other
-      DataErrors (inconsistent files) always raise.
-    name_fn: item -> the name that the skip summary lists.
+    skip_bad_files: skip, name and count undecodable items instead of raising;
+      other DataErrors (inconsistent files) always raise.
+    name_fn: item -> the name that the skip lines and the data report list.
+    what: what the items are, for the log lines.
 
   Returns:
-    (good_items, infos, num_skipped), good_items and infos in the order of `items`.
+    (good_items, infos, skipped names), good_items and infos in the order of `items`.
   """
   items = list(items)
   good, infos, skipped = [], [], []
-  log_every = max(len(items) // 10, 1) if len(items) >= _PROGRESS_MIN_ITEMS else 0
+  for item, info, error in _checked_stream(items, check_fn, skip_bad_files, what, len(items)):
+    if error is None:
+      good.append(item)
+      infos.append(info)
+    else:
+      skipped.append(name_fn(item))
+  _log_skipped(skipped, len(items), what)
+  return good, infos, skipped
+
+
+def _checked_stream(items, check_fn, skip_bad_files, what, total=None):
+  """Yields (item, info, None) or (item, None, error) of every item, in order.
+
+  The items are handed to the thread pool a chunk at a time, so that an
+  iterator (the records of TFRecord files) is never read whole.
+  """
+  if total is None:
+    log_every = 10 * _PROGRESS_MIN_ITEMS
+  else:
+    log_every = max(total // 10, 1) if total >= _PROGRESS_MIN_ITEMS else 0
 
   def checked(item):
     try:
       return check_fn(item), None
     except UndecodableFileError as e:
       if not skip_bad_files:
-        raise
+        raise UndecodableFileError(f"{e}; data.skip_bad_files=True skips such {what}") from None
       return None, e
 
+  items = iter(items)
+  count = 0
   with concurrent.futures.ThreadPoolExecutor(_NUM_CHECK_THREADS) as pool:
     try:
-      for i, (item, (info, error)) in enumerate(zip(items, pool.map(checked, items)), start=1):
-        if error is None:
-          good.append(item)
-          infos.append(info)
-        else:
-          logging.warning("skipping: %s", error)
-          skipped.append(name_fn(item))
-        if log_every and i % log_every == 0:
-          logging.info("checked %s of %s files", f"{i:,}", f"{len(items):,}")
+      for chunk in iter(lambda: list(itertools.islice(items, _CHECK_CHUNK)), []):
+        for item, (info, error) in zip(chunk, pool.map(checked, chunk)):
+          if error is not None:
+            logging.warning("skipping: %s", error)
+          yield item, info, error
+          count += 1
+          if log_every and count % log_every == 0:
+            logging.info("checked %s%s %s", f"{count:,}", f" of {total:,}" if total else "", what)
     except DataError:
       pool.shutdown(wait=True, cancel_futures=True)
       raise
-  _log_skipped(skipped, len(items))
-  return good, infos, len(skipped)
 
 
-def _log_skipped(skipped, total):
+def _log_skipped(skipped, total, what):
   if not skipped:
     return
   names = ", ".join(skipped[:_MAX_NAMES_LOGGED]) + (", ..." if len(skipped) > _MAX_NAMES_LOGGED else "")
-  logging.warning("skipped %s of %s files that do not decode: %s", f"{len(skipped):,}", f"{total:,}", names)
+  logging.warning("skipped %s of %s %s that do not decode: %s", f"{len(skipped):,}", f"{total:,}", what,
+                  names)
 
 
 def check_images(paths, skip_bad_files):
-  """Decodes every image up front; returns (good_paths, num_skipped)."""
-  good, _, num_skipped = check_files(paths, check_image, skip_bad_files)
+  """Decodes every image up front; returns (good_paths, skipped names)."""
+  good, _, skipped = check_files(paths, check_image, skip_bad_files)
   if not good:
     raise DataError(f"none of the {len(paths):,} images decode (first: {paths[0]})")
-  return good, num_skipped
+  return good, skipped
+
+
+def skip_report(skipped):
+  """The data report of what the checks skipped: {split: [names]} ->
+  {"skipped_files": {split: count}, "skipped_names": the first names}."""
+  names = [name for split_names in skipped.values() for name in split_names]
+  return {"skipped_files": {split: len(split_names) for split, split_names in skipped.items()},
+          "skipped_names": names[:_MAX_NAMES_REPORTED]}
 
 
 def decode_image(contents, channels=3):
@@ -282,23 +475,139 @@ def list_tfrecord_files(pattern):
   return paths
 
 
-def read_tfrecords(pattern, shuffle_seed=None, repeat=False, cycle_length=4):
-  """Serialized records of the files matching `pattern`.
+def read_tfrecords(pattern, shuffle_seed=None, repeat=False, cycle_length=4, skip=()):
+  """Serialized records of the files matching `pattern`, without the records `skip` names.
 
   With a seed, the file order is shuffled (again on every pass when
   repeating) and files are interleaved; without one the order is the sorted
-  file order, record by record.
+  file order, record by record. `skip` lists (path, record index) pairs: the
+  records that check_tfrecords skipped.
   """
   paths = list_tfrecord_files(pattern)
+  read_file_records = _records_without(skip) if skip else tf.data.TFRecordDataset
   files = tf.data.Dataset.from_tensor_slices(paths)
   if shuffle_seed is not None:
     files = files.shuffle(len(paths), seed=shuffle_seed, reshuffle_each_iteration=True)
   if repeat:
     files = files.repeat()
   if shuffle_seed is None:
-    return files.flat_map(tf.data.TFRecordDataset)
-  return files.interleave(tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(paths)),
+    return files.flat_map(read_file_records)
+  return files.interleave(read_file_records, cycle_length=min(cycle_length, len(paths)),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _records_without(skip):
+  """path -> the records of that file, less those whose "path#index" key is in `skip`."""
+  keys = tf.constant([f"{path}#{index}" for path, index in skip])
+
+  def read(path):
+    def keep(index, _):
+      key = tf.strings.join([path, "#", tf.strings.as_string(index)])
+      return tf.logical_not(tf.reduce_any(tf.equal(key, keys)))
+
+    return tf.data.TFRecordDataset(path).enumerate().filter(keep).map(lambda _, record: record)
+
+  return read
+
+
+def check_tfrecords(pattern, record_fn, check_fn, skip_bad_files):
+  """Parses and decodes every record of the matching files once, as the pipelines do; returns what
+  check_fn makes of each.
+
+  record_fn(serialized record) -> fixed-shape tensors, built with parse_example
+  and tf_decoded so that it runs both in tf.data and eagerly; check_fn(its
+  NumPy values) -> info, or a DataError for bad values. Each file is read in
+  one parallel tf.data pass (4-8x faster than an eager call per record);
+  a file whose pass fails is checked again record by record, eagerly, in the
+  thread pool, so that the first bad record is named by file and index (or,
+  with skip_bad_files, every undecodable one is skipped: pass the returned
+  skip list to read_tfrecords). A file that is not a readable TFRecord file is
+  always a DataError.
+
+  Returns:
+    (infos of the good records in file order, skipped [(path, record index)]).
+  """
+  infos, skipped, count = [], [], 0
+  paths = list_tfrecord_files(pattern)
+  log_every = max(len(paths) // 10, 1) if len(paths) >= 10 else 0
+  for file_number, path in enumerate(paths, start=1):
+    if log_every and file_number % log_every == 0:
+      logging.info("checked %s records of %d of %d files", f"{count:,}", file_number - 1, len(paths))
+    try:
+      file_infos = _check_tfrecord_file_fast(path, record_fn, check_fn)
+      file_skipped = []
+    except tf.errors.OpError:
+      file_infos, file_skipped = _check_tfrecord_file_by_record(path, record_fn, check_fn, skip_bad_files)
+    infos += file_infos
+    skipped += file_skipped
+    count += len(file_infos) + len(file_skipped)
+  _log_skipped(tfrecord_names(skipped), count, "records")
+  if not count:
+    raise DataError(f"{pattern}: the files hold no records")
+  if not infos:
+    raise DataError(f"none of the {count:,} records of {pattern} decode")
+  return infos, skipped
+
+
+def _check_tfrecord_file_fast(path, record_fn, check_fn):
+  """check_fn's infos of every record of a file, from one parallel tf.data pass (an OpError if one fails)."""
+  infos = []
+  records = tf.data.TFRecordDataset(path).map(record_fn, num_parallel_calls=tf.data.AUTOTUNE,
+                                                deterministic=True)
+  for batch in records.batch(_CHECK_CHUNK).as_numpy_iterator():
+    for values in zip(*tf.nest.flatten(batch)):
+      infos.append(_checked_record(path, len(infos), check_fn, values))
+  return infos
+
+
+def _check_tfrecord_file_by_record(path, record_fn, check_fn, skip_bad_files):
+  """(infos, skipped) of a file, a record at a time, eagerly, in the thread pool."""
+
+  def records():
+    index = 0
+    try:
+      for index, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
+        yield index, record
+    except tf.errors.OpError as e:
+      raise DataError(f"{path}: not a readable TFRecord file (at record {index}: {tf_reason(e)})") from None
+
+  def check(item):
+    index, record = item
+    try:
+      values = [t.numpy() for t in tf.nest.flatten(record_fn(record))]
+    except DataError as e:
+      raise type(e)(f"{path}: record {index}: {e}") from None
+    return _checked_record(path, index, check_fn, values)
+
+  infos, skipped = [], []
+  for (index, _), info, error in _checked_stream(records(), check, skip_bad_files, "records"):
+    if error is None:
+      infos.append(info)
+    else:
+      skipped.append((path, index))
+  return infos, skipped
+
+
+def _checked_record(path, index, check_fn, values):
+  try:
+    return check_fn(*values)
+  except DataError as e:
+    raise type(e)(f"{path}: record {index}: {e}") from None
+
+
+def parse_example(record, features):
+  """tf.io.parse_single_example(record, features), as a pipeline parses it; run eagerly, an
+  UndecodableFileError when the record is not such an example."""
+  try:
+    return tf.io.parse_single_example(record, features)
+  except tf.errors.OpError as e:
+    raise UndecodableFileError(
+        f"not a tf.train.Example with {', '.join(features)} ({tf_reason(e)})") from None
+
+
+def tfrecord_names(skipped):
+  """Names of skipped records, for the log and the data report."""
+  return [f"{path} record {index}" for path, index in skipped]
 
 
 # .npy arrays, streamed from the file by fixed-length records.

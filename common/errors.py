@@ -19,3 +19,7 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
   """A checkpoint is missing, of another network, or does not match the model."""
+
+
+class WorkdirError(UserError):
+  """The workdir cannot be used: a file, read-only, full, or locked by another run."""

@@ -58,6 +58,11 @@ class Task:
       need the training model itself (the triplet trainer's softmax head), added during training.
     train_files: the training examples' files, where the source is files (the benchmark's
       PIL-pipeline peer reads them); None otherwise.
+    input_fingerprint: {name: JSON value} of what the training input's position depends on (file
+      list digest, batch size, crop size, sampler settings); saved with each checkpoint, and a
+      resumed run whose fingerprint differs is refused unless train.reset_input_pipeline.
+    data_report: what the data checks found, {name: JSON value} (files skipped with
+      data.skip_bad_files, say); the loop puts it into metrics.json under "data".
   """
   name: str
   train_dataset: tf.data.Dataset
@@ -73,6 +78,8 @@ class Task:
   image_summaries_fn: Optional[Callable] = None
   make_extra_eval_fn: Optional[Callable] = None
   train_files: Optional[list] = None
+  input_fingerprint: dict = dataclasses.field(default_factory=dict)
+  data_report: dict = dataclasses.field(default_factory=dict)
 
   def make_evaluate_fn(self, model):
     """evaluate_fn() -> Evaluation of `model`'s current weights, compiled once."""

@@ -27,9 +27,11 @@ from common import config as config_lib
 from common import diagnostics
 from common import hardware
 from common import summaries as summaries_lib
+from common import workdir as workdir_lib
 from common.errors import CheckpointError
 from common.errors import ConfigError
 from common.errors import DataError
+from common.errors import WorkdirError
 
 
 class TrainingInterrupted(Exception):
@@ -58,13 +60,18 @@ class Phase:
   prepare: Optional[Callable[[], None]] = None
 
 
-def prepare_run(config):
-  """Checks the shared config, then devices, determinism and precision policy; returns the strategy.
+def prepare_run(config, workdir=None):
+  """Checks the shared config and the workdir, then devices, determinism and precision policy;
+  returns the strategy.
 
   Call first, before any TensorFlow op (GPU options cannot change after) and
   before building the model (the precision policy applies to layers built after it).
+  A workdir that cannot be written (a file, read-only, full) fails here, before
+  anything is written into it.
   """
   config_lib.validate_config(config)
+  if workdir is not None:
+    workdir_lib.check_writable(workdir)
   hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth)
   hardware.set_determinism(config.seed, config.deterministic)
   keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
@@ -108,6 +115,23 @@ def _restore(checkpoint, path, partial):
     raise CheckpointError(
         f"checkpoint {path} does not match this model and config ({first_line}); "
         "use another --workdir, or the config the checkpoint was trained with") from None
+
+
+def _saved_fingerprint(path):
+  """The input fingerprint stored in a checkpoint, or None for a checkpoint without one."""
+  reader = tf.train.load_checkpoint(path)
+  key = "input_fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
+  if not reader.has_tensor(key):
+    return None
+  return json.loads(reader.get_tensor(key))
+
+
+def input_changes(saved, current):
+  """['key: saved -> current', ...] of the input facts that differ; none for an unknown saved one."""
+  if saved is None:
+    return []
+  return [f"{key}: {saved.get(key)} -> {current.get(key)}"
+          for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)]
 
 
 def batch_norm_statistics(model):
@@ -197,9 +221,15 @@ def _format_seconds(seconds):
 
 
 class _SignalFlag:
-  """Records SIGTERM/SIGINT so that the loop can checkpoint before it exits."""
+  """Records SIGTERM/SIGINT so that the loop can checkpoint before it exits.
 
-  def __init__(self):
+  The first signal lets the current step (or evaluation) finish; the loop
+  then saves and exits. A second signal while the newest step is already saved
+  (during an evaluation, which always follows a save) exits at once.
+  """
+
+  def __init__(self, run):
+    self.run = run
     self.signum = None
     self._previous = {}
 
@@ -210,9 +240,22 @@ class _SignalFlag:
 
   def _record(self, signum, frame):
     del frame
-    logging.warning("received %s: finishing this step, then saving a checkpoint",
-                    signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    saved = self.run.saved_step == int(self.run.step)
+    if self.signum is not None and saved:
+      raise TrainingInterrupted(signum, int(self.run.step), self.run.manager.latest_checkpoint)
+    logging.warning("received %s: finishing this %s, then %s", name,
+                    "evaluation" if self.run.evaluating else "step",
+                    "exiting (the checkpoint is written; a second signal exits now)" if saved
+                    else "saving a checkpoint")
     self.signum = signum
+
+  def check(self):
+    """Raises TrainingInterrupted after a signal, with the newest step saved."""
+    if self.signum is not None:
+      path = self.run.save()
+      _write_metrics(self.run, None, None)
+      raise TrainingInterrupted(self.signum, int(self.run.step), path)
 
   def __exit__(self, *exc):
     for signum, handler in self._previous.items():
@@ -230,9 +273,15 @@ class _Run:
     self.phases = phases
     self.evaluate_fn = task.make_evaluate_fn(model)
     self.image_summaries_fn = task.image_summaries_fn
+    self.data_report = task.data_report
     self.total_steps = sum(p.num_steps for p in phases)
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     self.nonfinite_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
+    self.input_fingerprint = dict(task.input_fingerprint)
+    self.saved_fingerprint = tf.Variable(json.dumps(self.input_fingerprint, sort_keys=True),
+                                         trainable=False, name="input_fingerprint")
+    self.saved_step = None
+    self.evaluating = False
     if config.train.batch_size % strategy.num_replicas_in_sync:
       raise ConfigError(f"train.batch_size={config.train.batch_size} is not divisible by the "
                         f"{strategy.num_replicas_in_sync} replicas")
@@ -245,9 +294,10 @@ class _Run:
     self.consecutive_nonfinite = 0
     self._probe = None
     self._build_optimizers()
-    self.checkpoint = tf.train.Checkpoint(
-        model=model, step=self.step, nonfinite_steps=self.nonfinite_steps, iterator=self.iterator,
-        **{f"optimizer_{p.name}": p.optimizer for p in phases})
+    self.state = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
+                      input_fingerprint=self.saved_fingerprint,
+                      **{f"optimizer_{p.name}": p.optimizer for p in phases})
+    self.checkpoint = tf.train.Checkpoint(iterator=self.iterator, **self.state)
     self.manager = tf.train.CheckpointManager(
         self.checkpoint, checkpoint_dir(workdir), max_to_keep=config.train.keep_checkpoints)
 
@@ -260,15 +310,41 @@ class _Run:
         phase.optimizer.build(self.model.trainable_variables)
 
   def restore(self):
+    """Resumes from the newest checkpoint, input position included unless the input changed."""
     latest = self.manager.latest_checkpoint
-    if latest:
+    if not latest:
+      logging.info("no checkpoint in %s: starting at step 0", self.manager.directory)
+      return
+    changes = input_changes(_saved_fingerprint(latest), self.input_fingerprint)
+    if changes and not self.config.train.reset_input_pipeline:
+      raise CheckpointError(
+          f"checkpoint {latest} was written with another input pipeline ({'; '.join(changes)}), so "
+          "its input position does not apply; set train.reset_input_pipeline=True to keep the model, "
+          "optimizer and step and start the input afresh, or go back to the old settings")
+    if changes:
+      _restore(tf.train.Checkpoint(**self.state), latest, partial=True)
+      self.saved_fingerprint.assign(json.dumps(self.input_fingerprint, sort_keys=True))
+      logging.warning("resuming from %s at step %d with a fresh input pipeline "
+                      "(train.reset_input_pipeline; %s)", latest, int(self.step), "; ".join(changes))
+    else:
       _restore(self.checkpoint, latest, partial=False)
       logging.info("resuming from %s at step %d", latest, int(self.step))
-    else:
-      logging.info("no checkpoint in %s: starting at step 0", self.manager.directory)
+    self.saved_step = int(self.step)
 
   def save(self):
-    return self.manager.save(checkpoint_number=int(self.step))
+    """Saves the newest step (once); a failed write keeps the last good checkpoint and is one line."""
+    if self.saved_step == int(self.step):
+      return self.manager.latest_checkpoint
+    try:
+      path = self.manager.save(checkpoint_number=int(self.step))
+    except (OSError, tf.errors.OpError) as e:
+      message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise WorkdirError(
+          f"cannot write a checkpoint of step {int(self.step)} to {self.manager.directory} ({message}); "
+          f"free space or make it writable, then run again: the last good checkpoint "
+          f"{self.manager.latest_checkpoint or '(none)'} is intact") from None
+    self.saved_step = int(self.step)
+    return path
 
   @property
   def probe(self):
@@ -281,33 +357,38 @@ def train(config, workdir, *, strategy, model, phases, task):
   """Trains `model` through `phases` and returns the final metrics (also in workdir/metrics.json).
 
   From the task (common/task.py) the loop takes the training dataset of
-  (inputs, targets) batches, the loss function, the evaluation and the image
-  summaries. Resumes from the newest checkpoint in workdir; the resolved config
-  is written after the checkpoint is known to fit, and the final evaluation's
-  report goes to workdir/eval.
+  (inputs, targets) batches, the loss function, the evaluation, the image
+  summaries and the input fingerprint. The workdir is locked for the run;
+  training resumes from its newest checkpoint; the resolved config is written
+  after the checkpoint is known to fit; every evaluation follows a save, and
+  the final evaluation's report goes to workdir/eval.
   """
-  run = _Run(config, workdir, strategy, model, phases, task)
-  run.restore()
-  config_lib.write_config(config, workdir)
-  loss_fn = task.loss_fn
-  start_time = time.time()
-  start_step = int(run.step)
-  with _SignalFlag() as signals, diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
-    phase_end = 0
-    for phase in phases:
-      phase_end += phase.num_steps
-      if int(run.step) < phase_end:
-        _train_phase(run, phase, phase_end, loss_fn, signals, watchdog)
-  if not run.last_eval or run.last_eval.get("step") != int(run.step):
-    _evaluate(run)
-  if int(run.step) > start_step or not run.manager.latest_checkpoint:
-    run.save()
-  results = _write_metrics(run, time.time() - start_time, int(run.step) - start_step)
-  if run.last_evaluation:
-    run.last_evaluation.write(os.path.join(workdir, "eval"))
-  run.train_summaries.close()
-  run.eval_summaries.close()
-  return results
+  with workdir_lib.locked(workdir):
+    workdir_lib.check_writable(workdir, checkpoint_dir(workdir))
+    workdir_lib.remove_leftovers(checkpoint_dir(workdir))
+    run = _Run(config, workdir, strategy, model, phases, task)
+    run.restore()
+    workdir_lib.write_run_config(config, workdir)
+    start_time = time.time()
+    start_step = int(run.step)
+    with _SignalFlag(run) as signals, diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
+      phase_end = 0
+      for phase in phases:
+        phase_end += phase.num_steps
+        if int(run.step) < phase_end:
+          _train_phase(run, phase, phase_end, task.loss_fn, signals, watchdog)
+      if not run.manager.latest_checkpoint or int(run.step) > start_step:
+        run.save()
+      if not run.last_eval or run.last_eval.get("step") != int(run.step):
+        _evaluate(run)
+      signals.check()
+    results = _write_metrics(run, time.time() - start_time, int(run.step) - start_step)
+    if run.last_evaluation:
+      with workdir_lib.writing(os.path.join(workdir, "eval")):
+        run.last_evaluation.write(os.path.join(workdir, "eval"))
+    run.train_summaries.close()
+    run.eval_summaries.close()
+    return results
 
 
 def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
@@ -335,14 +416,12 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
     if run.train_summaries.scalars_due(step):
       _write_train_summaries(run, step, metrics, phase.optimizer)
     _write_heavy_summaries(run, step, batch)
-    if step % config.train.eval_every == 0:
+    evaluate = step % config.train.eval_every == 0
+    if evaluate or step % config.train.checkpoint_every == 0:
+      run.save()  # before the evaluation, so that a failing or interrupted one loses no step
+    if evaluate:
       _evaluate(run)
-    if step % config.train.checkpoint_every == 0:
-      run.save()
-    if signals.signum is not None:
-      path = run.save()
-      _write_metrics(run, None, None)
-      raise TrainingInterrupted(signals.signum, step, path)
+    signals.check()
 
 
 def _count_nonfinite(run, metrics, batch, loss_fn):
@@ -443,7 +522,11 @@ def _write_heavy_summaries(run, step, batch):
 def _evaluate(run):
   step = int(run.step)
   started = time.time()
-  run.last_evaluation = run.evaluate_fn()
+  run.evaluating = True
+  try:
+    run.last_evaluation = run.evaluate_fn()
+  finally:
+    run.evaluating = False
   results = {name: float(value) for name, value in run.last_evaluation.metrics.items()}
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
@@ -461,9 +544,11 @@ def _write_metrics(run, wall_time_s, steps_run):
       "eval": run.last_eval,
       "summary_bytes": run.train_summaries.bytes_written() + run.eval_summaries.bytes_written(),
       "summaries_refused": run.train_summaries.refused + run.eval_summaries.refused,
+      "data": run.data_report,
   }
   if wall_time_s is not None:
     payload["wall_time_s"] = wall_time_s
     payload["steps_run"] = steps_run
-  write_json(os.path.join(run.workdir, "metrics.json"), payload)
+  with workdir_lib.writing(run.workdir):
+    write_json(os.path.join(run.workdir, "metrics.json"), payload)
   return payload

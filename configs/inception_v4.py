@@ -61,6 +61,9 @@ def get_config(preset=None):
   config.data.shuffle_buffer = 1000  # tfrecord source; file lists are shuffled whole
   config.data.eval_fraction = 0.1  # folder/csv without a separate eval set
   config.data.skip_bad_files = False
+  # error | warn: an id of csv_path (or an id or name of labels_file) listed twice (warn keeps the
+  # first), an image in both train_dir and eval_dir (warn keeps both); warn logs a line instead.
+  config.data.duplicates = "error"
   config.data.min_class_count = 20  # the class-balance report flags classes under this
   config.data.oversample_to = 0  # >0: draw each class as though it had at least this many images
   config.data.train_dir = ""  # folder: one subfolder of images per class (Stanford Dogs' Images/)

@@ -30,6 +30,9 @@ def get_config(preset=None):
   config.data.patches_per_image = 8
   config.data.normalization = "unit"  # see common/normalization.py
   config.data.skip_bad_files = False
+  # error | warn: an image id listed twice in a split file (warn keeps the first) or in both split
+  # files (warn keeps it in both); warn logs a line instead of stopping.
+  config.data.duplicates = "error"
   config.data.shuffle_buffer = 2048
   config.data.class_names = ()  # () = from the source (synthetic, VOC) or class_<id>
   config.data.eval_batch_size = 8  # when all eval images have one size; else 1

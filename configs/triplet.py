@@ -30,6 +30,8 @@ def get_config(preset=None):
   # Identities with fewer than K images: error | drop | repeat (reuse their images).
   config.data.small_identities = "error"
   config.data.skip_bad_files = False  # skip and count non-image and undecodable files
+  # error | warn: an identity both in train_dir and in eval_dir (warn keeps both and logs a line).
+  config.data.duplicates = "error"
   config.data.load_size = 182  # images are resized to this, then cropped
   config.data.crop_size = 160  # random crops for training, center crops for evaluation
   config.data.normalization = "symmetric"  # see common/normalization.py

@@ -8,10 +8,13 @@ Every source becomes the same two pipelines:
   raw_eval: the same pass of uint8 images as decoded, for a SavedModel that
     preprocesses inside.
 
-Labels are checked before training starts: a label outside 0..num_classes-1,
-one-hot labels, an unreadable or undecodable image (unless data.skip_bad_files)
-is a DataError naming the file. Class ids map to names through a labels file in
-TF-Slim's format (`<id>:<name>` per line), written to the workdir.
+Labels and images are checked before training starts, every image (and every
+TFRecord) decoded once with TensorFlow's decoder: a label outside
+0..num_classes-1, one-hot labels, an id listed twice, an unreadable or
+undecodable image is a DataError naming the file (or shard and record);
+data.skip_bad_files skips undecodable ones instead, naming and counting them in
+the data report. Class ids map to names through a labels file in TF-Slim's
+format (`<id>:<name>` per line), written to the workdir.
 """
 import collections
 import csv
@@ -57,6 +60,8 @@ class ClassificationData:
     class_names: a name per class id.
     train_counts: training images per class (int64 [num_classes]).
     num_eval: images in one pass of `eval`.
+    data_report: what the checks skipped (common/data.skip_report), for metrics.json.
+    train_files: the training images, or TFRecord shards, in order.
   """
   train: tf.data.Dataset
   eval: tf.data.Dataset
@@ -65,11 +70,14 @@ class ClassificationData:
   class_names: tuple
   train_counts: np.ndarray
   num_eval: int
+  data_report: dict = dataclasses.field(default_factory=dict)
+  train_files: list = dataclasses.field(default_factory=list)
 
 
 # A source in a uniform shape: read(seed) -> dataset of (encoded image bytes, int32 label),
-# shuffled and endless with a seed, in order and once with None; counts per class.
-_Source = collections.namedtuple("_Source", ["read", "counts"])
+# shuffled and endless with a seed, in order and once with None; counts per class of the
+# images used; the names of those the check skipped.
+_Source = collections.namedtuple("_Source", ["read", "counts", "skipped", "files"])
 
 
 def make_datasets(data_cfg, batch_size, seed, workdir=None):
@@ -95,10 +103,12 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
   train = _make_train(train_source, data_cfg, batch_size, seed)
   logging.info("classification data: %s, %d train and %d eval images, %d classes", data_cfg.source,
                train_source.counts.sum(), eval_source.counts.sum(), num_classes)
+  report = common_data.skip_report({"train": train_source.skipped, "eval": eval_source.skipped})
   return ClassificationData(train=train, eval=_make_eval(eval_source, data_cfg, False),
                             raw_eval=_make_eval(eval_source, data_cfg, True), num_classes=num_classes,
                             class_names=tuple(class_names), train_counts=train_source.counts,
-                            num_eval=int(eval_source.counts.sum()))
+                            num_eval=int(eval_source.counts.sum()), data_report=report,
+                            train_files=train_source.files)
 
 
 def _check_config(cfg):
@@ -115,6 +125,7 @@ def _check_config(cfg):
       raise ConfigError(f"data.{key} must be >= 1, got {cfg[key]}")
   if cfg.oversample_to < 0:
     raise ConfigError(f"data.oversample_to must be >= 0 (0 = off), got {cfg.oversample_to}")
+  common_data.duplicates_mode(cfg)
 
 
 def _make_sources(cfg, seed, workdir):
@@ -141,19 +152,22 @@ def write_labels_file(path, class_names):
     f.writelines(f"{class_id}:{name}\n" for class_id, name in enumerate(class_names))
 
 
-def read_labels_file(path):
-  """Class names by id from a TF-Slim labels file; ids must be 0..N-1 (any order)."""
-  if not os.path.isfile(path):
-    raise DataError(f"{path}: labels file not found")
-  names = {}
-  with open(path) as f:
-    for line_number, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      class_id, sep, name = line.rstrip("\n").partition(":")
-      if not sep or not class_id.strip().isdigit() or not name:
-        raise DataError(f"{path}:{line_number}: expected '<id>:<name>', got {line.strip()!r}")
-      names[int(class_id)] = name
+def read_labels_file(path, duplicates="error"):
+  """Class names by id from a TF-Slim labels file; ids must be 0..N-1 (any order).
+
+  An id or a name listed twice is a DataError, or with duplicates="warn" a
+  warning (the first id and name are kept).
+  """
+  entries = []
+  for line_number, line in common_data.read_text_lines(path, "labels file"):
+    class_id, sep, name = line.partition(":")
+    if not sep or not class_id.strip().isdigit() or not name.strip():
+      raise DataError(f"{path}:{line_number}: expected '<id>:<name>', got {line.strip()!r}")
+    entries.append((int(class_id), name, line_number))
+  kept = common_data.first_entries(entries, path, "class id", duplicates, value_name="name")
+  common_data.first_entries([(name, class_id, n) for class_id, name, n in kept], path, "class name",
+                            duplicates, value_name="id")
+  names = {class_id: name for class_id, name, _ in kept}
   if sorted(names) != list(range(len(names))):
     missing = sorted(set(range(max(names, default=-1) + 1)) - set(names))
     raise DataError(f"{path}: class ids must be 0..{len(names) - 1}; id {missing[0]} is missing")
@@ -208,11 +222,15 @@ def _folder_sources(train_dir, eval_dir, cfg):
     if eval_names != class_names:
       extra = sorted(set(eval_names) ^ set(class_names))
       raise DataError(f"{eval_dir}: class folders differ from {train_dir}'s (e.g. {extra[0]})")
+    # An image is known by its class folder and file name.
+    common_data.check_overlap(*({os.path.relpath(path, root): path for path, _ in split}
+                                for root, split in ((train_dir, examples), (eval_dir, eval_examples))),
+                              "image", cfg.duplicates)
   else:
     examples, eval_examples = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
   class_names = _check_num_classes(cfg, class_names, train_dir)
-  return (class_names, _files_source(examples, len(class_names), cfg.skip_bad_files),
-          _files_source(eval_examples, len(class_names), cfg.skip_bad_files))
+  return (class_names, _files_source(examples, len(class_names), cfg.skip_bad_files, train_dir),
+          _files_source(eval_examples, len(class_names), cfg.skip_bad_files, eval_dir or train_dir))
 
 
 def _check_num_classes(cfg, class_names, where):
@@ -222,58 +240,82 @@ def _check_num_classes(cfg, class_names, where):
   return class_names
 
 
-def read_label_csv(path, images_dir, extension):
-  """[(image path, label string)] of a CSV of `id,label` rows (a header starting with 'id' is skipped).
+def read_label_csv(path, images_dir, extension, duplicates="error"):
+  """[(image path, label string, line number)] of a CSV of `id,label` rows (a header starting with 'id'
+  is skipped).
 
   The image of id X is <images_dir>/X<extension>, as in the dog-breed labels.csv.
+  An empty field, a missing image or an id listed twice (with duplicates="warn":
+  a warning, the first row kept) is a DataError naming the line.
   """
-  if not os.path.isfile(path):
-    raise DataError(f"{path}: no such file")
-  rows = []
-  with open(path, newline="") as f:
-    for line_number, row in enumerate(csv.reader(f), start=1):
-      if not row:
-        continue
-      if len(row) != 2:
-        one_hot = " (one-hot columns are not labels)" if len(row) > 2 else ""
-        raise DataError(f"{path}:{line_number}: {len(row)} columns; expected 'id,label' with one "
-                        f"class name or id per image{one_hot}")
-      if line_number == 1 and row[0].strip().lower() == "id":
-        continue
-      image_id, label = (field.strip() for field in row)
-      rows.append((os.path.join(images_dir, image_id + extension), label))
-  if not rows:
+  entries = []
+  for line_number, row in common_data.read_csv_rows(path, "CSV file"):
+    if len(row) != 2:
+      one_hot = " (one-hot columns are not labels)" if len(row) > 2 else ""
+      raise DataError(f"{path}:{line_number}: {len(row)} columns; expected 'id,label' with one "
+                      f"class name or id per image{one_hot}")
+    if not entries and row[0].lower() == "id":
+      continue
+    image_id, label = row
+    if not image_id or not label:
+      raise DataError(f"{path}:{line_number}: empty {'label' if image_id else 'id'} in {','.join(row)!r}")
+    entries.append((image_id, label, line_number))
+  if not entries:
     raise DataError(f"{path}: no rows")
+  rows = []
+  for image_id, label, line_number in common_data.first_entries(entries, path, "id", duplicates, "label"):
+    image = os.path.join(images_dir, image_id + extension)
+    if not os.path.exists(image):
+      raise DataError(f"{image}: no such file ({path}:{line_number}; data.image_extension is "
+                      f"'{extension}'{_other_extension_hint(image, extension)})")
+    rows.append((image, label, line_number))
   return rows
 
 
-def labels_to_ids(labels, class_names, num_classes, where):
-  """Label strings -> (class names, ids): names of `class_names`, or integer ids.
+def _other_extension_hint(image, extension):
+  stem = image[:-len(extension)] if extension else image
+  for other in common_data.IMAGE_EXTENSIONS:
+    for candidate in (other, other.upper()):
+      if candidate != extension and os.path.isfile(stem + candidate):
+        return f"; {os.path.basename(stem + candidate)} exists: set data.image_extension='{candidate}'"
+  return ""
+
+
+def labels_to_ids(labels, class_names, num_classes, path, lines):
+  """Label strings of `path` (at `lines`) -> (class names, ids): names of `class_names`, or integer ids.
 
   Without class_names, integer labels are ids (0..num_classes-1) and any other
   labels are names, numbered in sorted order.
   """
   if not class_names and not all(_is_int(label) for label in labels):
     class_names = sorted(set(labels))
+  hint = f"data.num_classes={num_classes}"
   if class_names:
-    index = {name: i for i, name in enumerate(class_names)}
+    index = {}
+    for i, name in enumerate(class_names):
+      index.setdefault(name, i)  # a name listed twice (duplicates="warn") is its first id
     ids = []
-    for row, label in enumerate(labels):
+    for label, line in zip(labels, lines):
       if label not in index and not _is_int(label):
-        raise DataError(f"{where}: label '{label}' (row {row + 1}) is not a class of the labels file")
+        raise DataError(f"{path}:{line}: label '{label}' is not a class of data.labels_file")
       ids.append(index[label] if label in index else int(label))
     num_classes = len(class_names)
+    hint = f"data.labels_file names {num_classes} classes"
   else:
     ids = [int(label) for label in labels]
     class_names = [str(i) for i in range(num_classes)]
-  for row, class_id in enumerate(ids):
-    check_label(class_id, num_classes, f"{where} (row {row + 1})")
+  for class_id, line in zip(ids, lines):
+    error = label_error(class_id, num_classes, hint)
+    if error:
+      raise DataError(f"{path}:{line}: {error}")
   return class_names, ids
 
 
-def check_label(class_id, num_classes, where):
+def label_error(class_id, num_classes, hint):
+  """What is wrong with a class id outside 0..num_classes-1 (hint: where num_classes comes from), or None."""
   if not 0 <= class_id < num_classes:
-    raise DataError(f"{where}: label {class_id} is out of range; expected 0..{num_classes - 1}")
+    return f"label {class_id} is out of range; expected 0..{num_classes - 1} ({hint})"
+  return None
 
 
 def _is_int(text):
@@ -282,24 +324,26 @@ def _is_int(text):
 
 def _csv_sources(cfg):
   path = common_data.required(cfg, "csv_path")
-  rows = read_label_csv(path, common_data.required(cfg, "images_dir"), cfg.image_extension)
-  given_names = read_labels_file(cfg.labels_file) if cfg.labels_file else None
-  if not given_names and cfg.num_classes < 2 and all(_is_int(label) for _, label in rows):
+  rows = read_label_csv(path, common_data.required(cfg, "images_dir"), cfg.image_extension, cfg.duplicates)
+  given_names = read_labels_file(cfg.labels_file, cfg.duplicates) if cfg.labels_file else None
+  if not given_names and cfg.num_classes < 2 and all(_is_int(label) for _, label, _ in rows):
     raise ConfigError(f"{path} has integer labels: set data.num_classes or data.labels_file")
-  class_names, ids = labels_to_ids([label for _, label in rows], given_names, cfg.num_classes, path)
+  class_names, ids = labels_to_ids([label for _, label, _ in rows], given_names, cfg.num_classes, path,
+                                   [line for _, _, line in rows])
   class_names = _check_num_classes(cfg, class_names, path)
-  examples = [(image, class_id) for (image, _), class_id in zip(rows, ids)]
+  examples = [(image, class_id) for (image, _, _), class_id in zip(rows, ids)]
   train, evaluation = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
-  return (class_names, _files_source(train, len(class_names), cfg.skip_bad_files),
-          _files_source(evaluation, len(class_names), cfg.skip_bad_files))
+  return (class_names, _files_source(train, len(class_names), cfg.skip_bad_files, path),
+          _files_source(evaluation, len(class_names), cfg.skip_bad_files, path))
 
 
-def _files_source(examples, num_classes, skip_bad_files):
-  """A source of image files, every one decoded up front (corrupt ones named or skipped)."""
+def _files_source(examples, num_classes, skip_bad_files, where):
+  """A source of image files, every one decoded up front (corrupt ones named, or skipped and counted)."""
   if not examples:
-    raise DataError("no images for this split")
+    raise DataError(f"{where}: no image is held out for evaluation (a class needs 2 or more images "
+                    "to give one)")
   label_of = dict(examples)
-  paths, _ = common_data.check_images([path for path, _ in examples], skip_bad_files)
+  paths, skipped = common_data.check_images([path for path, _ in examples], skip_bad_files)
   labels = [label_of[path] for path in paths]
 
   def read(seed):
@@ -309,7 +353,7 @@ def _files_source(examples, num_classes, skip_bad_files):
     return files.map(lambda path, label: (tf.io.read_file(path), label),
                      num_parallel_calls=tf.data.AUTOTUNE)
 
-  return _Source(read, _count_labels(labels, num_classes))
+  return _Source(read, _count_labels(labels, num_classes), skipped, paths)
 
 
 def draw_synthetic_image(class_id, num_classes, size, rng):
@@ -358,60 +402,61 @@ def write_synthetic_classes(cache_dir, seed, num_classes, images_per_class, size
 def parse_tfrecord(record, labels_offset=0):
   """A TF-Slim example -> (encoded image bytes, int32 label - labels_offset).
 
-  Labels were checked up front (scan_tfrecord_labels), so there is one per record.
+  Records were checked up front (check_tfrecord_label), so there is one label per record.
   """
   features = tf.io.parse_single_example(record, TFRECORD_FEATURES)
   label = features["image/class/label"].values[0] - labels_offset
   return features["image/encoded"], tf.cast(label, tf.int32)
 
 
-def scan_tfrecord_labels(pattern, num_classes, labels_offset=0):
-  """Reads every record's label; returns counts per class.
+def tfrecord_values(record):
+  """What check_tfrecord_label tests, from a TF-Slim example parsed and its image decoded as the
+  pipelines do: (number of labels, the first label or -1, image shape)."""
+  features = common_data.parse_example(record, TFRECORD_FEATURES)
+  labels = features["image/class/label"].values
+  image = common_data.tf_decoded("image/encoded", common_data.decode_image, features["image/encoded"])
+  return tf.size(labels), tf.concat([labels, tf.constant([-1], tf.int64)], 0)[0], tf.shape(image)
 
-  Raises DataError naming the file and record for a record without exactly one
-  label (a one-hot vector, say) or with a label outside 0..num_classes-1 after
-  subtracting labels_offset.
-  """
-  counts = np.zeros(num_classes, np.int64)
-  for path in common_data.list_tfrecord_files(pattern):
-    labels = tf.data.TFRecordDataset(path).map(
-        lambda record: tf.io.parse_single_example(
-            record, {"image/class/label": TFRECORD_FEATURES["image/class/label"]})[
-                "image/class/label"].values)
-    try:
-      for index, values in enumerate(labels.as_numpy_iterator()):
-        if len(values) != 1:
-          one_hot = " (one-hot labels?)" if len(values) > 1 else ""
-          raise DataError(f"{path}: record {index} has {len(values)} values in image/class/label"
-                          f"{one_hot}; expected one integer class id")
-        check_label(int(values[0]) - labels_offset, num_classes,
-                    f"{path}: record {index}" + (f" (labels_offset {labels_offset})" if labels_offset else ""))
-        counts[int(values[0]) - labels_offset] += 1
-    except tf.errors.OpError as e:
-      raise DataError(f"{path}: not a readable TFRecord file of tf.train.Examples "
-                      f"({str(e).splitlines()[0]})") from None
-  return counts
+
+def check_tfrecord_label(num_labels, first_label, num_classes, labels_offset, hint):
+  """The class id of a record; a DataError for a record without exactly one label (a one-hot
+  vector, say) or with one outside 0..num_classes-1 after subtracting labels_offset."""
+  if num_labels != 1:
+    one_hot = " (one-hot labels?)" if num_labels > 1 else ""
+    raise DataError(f"{num_labels} values in image/class/label{one_hot}; expected one integer class id")
+  error = label_error(int(first_label) - labels_offset, num_classes, hint)
+  if error:
+    raise DataError(error)
+  return int(first_label) - labels_offset
 
 
 def _tfrecord_sources(cfg):
-  class_names = read_labels_file(cfg.labels_file) if cfg.labels_file else None
+  class_names = read_labels_file(cfg.labels_file, cfg.duplicates) if cfg.labels_file else None
   num_classes = len(class_names) if class_names else cfg.num_classes
   if class_names and cfg.num_classes and cfg.num_classes != num_classes:
     raise ConfigError(f"data.num_classes={cfg.num_classes}, but {cfg.labels_file} names "
                       f"{num_classes} classes")
+  hint = f"data.labels_file names {num_classes} classes" if class_names else f"data.num_classes={num_classes}"
+  if cfg.labels_offset:
+    hint += f", after subtracting data.labels_offset={cfg.labels_offset}"
   class_names = class_names or [str(i) for i in range(num_classes)]
 
   def source(pattern):
-    counts = scan_tfrecord_labels(pattern, num_classes, cfg.labels_offset)
+    labels, skip = common_data.check_tfrecords(
+        pattern, tfrecord_values,
+        lambda num_labels, first_label, _: check_tfrecord_label(num_labels, first_label, num_classes,
+                                                                cfg.labels_offset, hint),
+        cfg.skip_bad_files)
 
     def read(seed):
-      records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None)
+      records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None, skip=skip)
       if seed is not None:
         records = records.shuffle(cfg.shuffle_buffer, seed=seed)
       return records.map(lambda r: parse_tfrecord(r, cfg.labels_offset),
                          num_parallel_calls=tf.data.AUTOTUNE)
 
-    return _Source(read, counts)
+    return _Source(read, _count_labels(labels, num_classes), common_data.tfrecord_names(skip),
+                   common_data.list_tfrecord_files(pattern))
 
   return (class_names, source(common_data.required(cfg, "train_pattern")),
           source(common_data.required(cfg, "eval_pattern")))
@@ -454,8 +499,6 @@ def _make_train(source, cfg, batch_size, seed):
                                               fast_mode=cfg.fast_mode), label
 
   images = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-  if cfg.skip_bad_files:
-    images = images.ignore_errors()  # TFRecords are not decoded up front
   return images.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 

@@ -7,6 +7,8 @@ evaluation reads the decoded images instead.
 """
 import tensorflow as tf
 
+from common import config as config_lib
+from common import data as common_data
 from common import export as export_lib
 from common import task as task_lib
 from common import train_loop
@@ -20,14 +22,48 @@ from inception_finetune import slim_checkpoint
 
 
 def validate_config(config):
-  """The fine-tuning sections' checks (data.py checks the data section)."""
-  if not 0 <= config.finetune.head_steps <= config.train.num_steps:
+  """The fine-tuning sections' checks (data.py checks the data keys it reads: source, sizes, counts)."""
+  blocks = len(inception_v4.BLOCK_NAMES)
+  tops = [f"{inception_v4.SCOPE}/{name}" for name in inception_v4.BLOCK_NAMES] + list(inception_v4.HEAD_SCOPES)
+
+  def known_scopes(value):
+    # A scope is a prefix of variable names; one that matches none (a typo) would silently
+    # freeze everything, or exclude nothing from the restore.
+    return isinstance(value, str) and all(
+        any(top.startswith(scope) or scope.startswith(top + "/") for top in tops)
+        for scope in slim_checkpoint.parse_scopes(value))
+
+  scopes = config_lib.Check(known_scopes, "comma-separated prefixes of Inception V4 variables "
+                            f"({inception_v4.SCOPE}/<block>, {' or '.join(inception_v4.HEAD_SCOPES)}), or ''")
+  config_lib.check_values(config, {
+      "checkpoint_exclude_scopes": scopes,
+      "trainable_scopes": scopes,
+      "ignore_missing_vars": config_lib.BOOL,
+      "label_smoothing": config_lib.FRACTION,
+      "finetune.head_steps": config_lib.NON_NEGATIVE_INT,
+      "finetune.learning_rate": config_lib.learning_rate(config.optimizer.allow_extreme_learning_rate),
+      "finetune.unfreeze_last_blocks": config_lib.integer(
+          -1, blocks, allowed=f"-1 (all blocks) or an integer in [0, {blocks}]"),
+      "finetune.aux_loss_weight": config_lib.NON_NEGATIVE,
+      "model.aux_logits": config_lib.BOOL,
+      "model.dropout_rate": config_lib.FRACTION,
+      "model.weight_decay": config_lib.NON_NEGATIVE,
+      "model.batch_norm_decay": config_lib.FRACTION,
+      "model.hidden_units": config_lib.NON_NEGATIVE_INT,  # 0 = no hidden layer
+      "model.hidden_l2": config_lib.NON_NEGATIVE,
+      "model.hidden_dropout_rate": config_lib.FRACTION,
+      "model.logits_stddev": config_lib.NON_NEGATIVE,
+      "data.central_fraction": config_lib.number(0, 1),  # TF-Slim's: 0 (or 1) = no crop
+      "data.augment": config_lib.BOOL,
+      "data.fast_mode": config_lib.BOOL,
+      "data.skip_bad_files": config_lib.BOOL,
+      "data.min_class_count": config_lib.NON_NEGATIVE_INT,
+      "data.labels_offset": config_lib.NON_NEGATIVE_INT,
+      "data.synthetic_image_size": config_lib.POSITIVE_INT,
+  })
+  if config.finetune.head_steps > config.train.num_steps:
     raise ConfigError(f"finetune.head_steps={config.finetune.head_steps} must be in "
                       f"[0, train.num_steps={config.train.num_steps}]")
-  if not 0 <= config.label_smoothing < 1:
-    raise ConfigError(f"label_smoothing={config.label_smoothing} must be in [0, 1)")
-  if config.finetune.unfreeze_last_blocks != -1:
-    inception_v4.block_scopes(config.finetune.unfreeze_last_blocks)  # raises for a bad count
   minimum = inception_v4.MIN_AUX_INPUT_SIZE if config.model.aux_logits else inception_v4.MIN_INPUT_SIZE
   if config.data.image_size < minimum:
     raise ConfigError(f"data.image_size={config.data.image_size} is below Inception V4's minimum "
@@ -117,6 +153,15 @@ def export_model(model, path, image_size, central_fraction):
   return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES])
 
 
+def input_fingerprint(config, data):
+  """What the checkpointed input position depends on: resuming with other values is refused."""
+  cfg = config.data
+  return {"train.batch_size": config.train.batch_size, "data.image_size": cfg.image_size,
+          "data.shuffle_buffer": cfg.shuffle_buffer, "data.oversample_to": cfg.oversample_to,
+          "train files": common_data.files_fingerprint(data.train_files),
+          "train images": int(data.train_counts.sum())}
+
+
 def make_task(config, workdir):
   """Checks the config, builds the datasets (labels.txt and synthetic images go to workdir) -> Task."""
   validate_config(config)
@@ -142,4 +187,6 @@ def make_task(config, workdir):
       describe=(f"{cfg.source} data, {data.num_classes} classes, {cfg.image_size}x{cfg.image_size}; "
                 f"phases: head ({config.trainable_scopes}), unfrozen "
                 f"(+{config.finetune.unfreeze_last_blocks} blocks)"),
-      image_summaries_fn=image_summaries)
+      image_summaries_fn=image_summaries,
+      input_fingerprint=input_fingerprint(config, data),
+      data_report=data.data_report)

@@ -39,7 +39,7 @@ def choose_start(config, workdir):
 def train_and_evaluate(config, workdir):
   """Fine-tunes, evaluates and exports; returns the final metrics (also in workdir/metrics.json)."""
   slim_path = choose_start(config, workdir)  # first, so that a wrong path fails in seconds
-  strategy = train_loop.prepare_run(config)
+  strategy = train_loop.prepare_run(config, workdir)
   task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()

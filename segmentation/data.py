@@ -11,9 +11,11 @@ Every source becomes the same two pipelines:
 Images stay uint8: the model normalizes them in its first layer, so that the
 exported SavedModel takes uint8 images too.
 
-Files are checked up front (every image and mask decoded with PIL in a thread
-pool), so that a bad file is named before training starts. Pipelines read from
-files only, so no array becomes a graph constant and the train iterator can be
+Files are checked up front (every image and mask, or every TFRecord, decoded
+with TensorFlow's decoders in a thread pool, masks also read with PIL for their
+palette), so that a bad file is named before training starts, or skipped and
+counted in the data report with data.skip_bad_files. Pipelines read from files
+only, so no array becomes a graph constant and the train iterator can be
 checkpointed.
 """
 import collections
@@ -58,6 +60,8 @@ class SegmentationData:
     ignore_label: label of pixels that count in no loss or metric.
     num_eval_images: images in one pass of `eval`.
     train_files: (image path, mask path) of every training image, or None (TFRecords, .npy).
+    num_train_images: images (or records) the training pipeline draws from.
+    data_report: what the checks skipped (common/data.skip_report), for metrics.json.
   """
   train: tf.data.Dataset
   eval: tf.data.Dataset
@@ -65,14 +69,16 @@ class SegmentationData:
   class_names: tuple
   ignore_label: int
   num_eval_images: int
+  num_train_images: int
   train_files: list = None
+  data_report: dict = dataclasses.field(default_factory=dict)
 
 
 # A source in a uniform shape: read(seed) gives (uint8 image [h, w, 3], uint8
 # mask [h, w]), shuffled and endless with a seed, in order and once with None.
-# size is the number of images (None when unknown); image_size is (h, w) when
-# every image has it, else None.
-_Source = collections.namedtuple("_Source", ["read", "size", "image_size"])
+# size is the number of images; image_size is (h, w) when every image has it,
+# else None; skipped names what the check skipped.
+_Source = collections.namedtuple("_Source", ["read", "size", "image_size", "skipped"], defaults=[()])
 
 # What the up-front check learns about an image and its mask.
 PairInfo = collections.namedtuple("PairInfo", ["image_format", "height", "width", "mask_mode", "palette",
@@ -98,14 +104,12 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None):
   eval_batch_size = data_cfg.eval_batch_size if eval_source.image_size else 1
   evaluation = _make_eval(eval_source, data_cfg.ignore_label, pad_multiple, eval_batch_size)
   logging.info("segmentation data: %s, %s train images, %s eval images, %d classes", data_cfg.source,
-               _count(train_source.size), _count(eval_source.size), data_cfg.num_classes)
+               f"{train_source.size:,}", f"{eval_source.size:,}", data_cfg.num_classes)
+  report = common_data.skip_report({"train": list(train_source.skipped), "eval": list(eval_source.skipped)})
   return SegmentationData(train=train, eval=evaluation, num_classes=data_cfg.num_classes,
                           class_names=_class_names(data_cfg), ignore_label=data_cfg.ignore_label,
-                          num_eval_images=eval_source.size, train_files=train_files)
-
-
-def _count(size):
-  return "an unknown number of" if size is None else f"{size:,}"
+                          num_eval_images=eval_source.size, num_train_images=train_source.size,
+                          train_files=train_files, data_report=report)
 
 
 def _check_config(cfg):
@@ -123,6 +127,7 @@ def _check_config(cfg):
     raise ConfigError(f"data.eval_fraction must be in (0, 1), got {cfg.eval_fraction}")
   if cfg.class_names and len(cfg.class_names) != cfg.num_classes:
     raise ConfigError(f"data.class_names has {len(cfg.class_names)} names for {cfg.num_classes} classes")
+  common_data.duplicates_mode(cfg)
 
 
 def _class_names(cfg):
@@ -138,19 +143,19 @@ def _class_names(cfg):
 def _make_sources(cfg, seed, workdir):
   """((train source, eval source), the training (image, mask) files or None) of the configured kind."""
   if cfg.source == "tfrecord":
-    return (_tfrecord_source(common_data.required(cfg, "train_pattern"), scan_sizes=False),
-            _tfrecord_source(common_data.required(cfg, "eval_pattern"), scan_sizes=True)), None
+    return tuple(_tfrecord_source(common_data.required(cfg, key), cfg)
+                 for key in ("train_pattern", "eval_pattern")), None
   if cfg.source == "npy":
     return _npy_sources(cfg), None
   splits = _checked_splits(cfg, seed, workdir)
-  return tuple(_pairs_source(pairs, infos) for pairs, infos in splits), splits[0][0]
+  return tuple(_pairs_source(*split) for split in splits), splits[0][0]
 
 
 # Sources of image and mask files: synthetic scenes, folders, Pascal VOC.
 
 
 def _checked_splits(cfg, seed, workdir):
-  """[(train pairs, infos), (eval pairs, infos)], every file checked."""
+  """[(train pairs, infos, skipped names), (eval pairs, infos, skipped names)], every file checked."""
   if cfg.source == "synthetic":
     cache_dir = common_data.synthetic_cache_dir(cfg, workdir)
     if not 2 <= cfg.num_classes <= len(synthetic.CLASS_NAMES):
@@ -162,11 +167,13 @@ def _checked_splits(cfg, seed, workdir):
                                      cfg.num_eval_images, cfg.num_classes)
     splits = [list_folder_pairs(*folders[split]) for split in ("train", "eval")]
   elif cfg.source == "voc":
-    splits = [list_folder_pairs(*voc_paths(common_data.required(cfg, "voc_root"), split))
-              for split in (cfg.train_split or VOC_SPLITS[0], cfg.eval_split or VOC_SPLITS[1])]
+    root = common_data.required(cfg, "voc_root")
+    images_dir, masks_dir, train_file = voc_paths(root, cfg.train_split or VOC_SPLITS[0])
+    eval_file = voc_paths(root, cfg.eval_split or VOC_SPLITS[1])[2]
+    splits = split_file_pairs(images_dir, masks_dir, train_file, eval_file, cfg.duplicates)
   else:
     splits = _folder_splits(cfg)
-  return [check_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files) for pairs in splits]
+  return [_checked_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files) for pairs in splits]
 
 
 def _folder_splits(cfg):
@@ -174,7 +181,7 @@ def _folder_splits(cfg):
   if bool(cfg.train_split) != bool(cfg.eval_split):
     raise ConfigError("set both data.train_split and data.eval_split (files of image ids), or neither")
   if cfg.train_split:
-    return [list_folder_pairs(images_dir, masks_dir, split) for split in (cfg.train_split, cfg.eval_split)]
+    return split_file_pairs(images_dir, masks_dir, cfg.train_split, cfg.eval_split, cfg.duplicates)
   pairs = list_folder_pairs(images_dir, masks_dir)
   if len(pairs) < 2:
     raise DataError(f"{pairs[0][0]}: one image cannot be split into train and eval; "
@@ -188,36 +195,59 @@ def voc_paths(voc_root, split):
           os.path.join(voc_root, "ImageSets", "Segmentation", f"{split}.txt"))
 
 
-def read_split_file(path):
-  """Image ids, the first word of each line (Pascal VOC's ImageSets format)."""
-  if not os.path.isfile(path):
-    raise DataError(f"{path}: split file not found")
-  with open(path) as f:
-    ids = [line.split()[0] for line in f if line.strip()]
-  if not ids:
+def read_split_file(path, duplicates="error"):
+  """{image id: line number}: the first word of each line (Pascal VOC's ImageSets format).
+
+  An id listed twice is a DataError, or with duplicates="warn" a warning.
+  """
+  entries = [(line.split()[0], None, n) for n, line in common_data.read_text_lines(path, "split file")]
+  if not entries:
     raise DataError(f"{path}: split file lists no image ids")
-  return ids
+  return {image_id: n for image_id, _, n in common_data.first_entries(entries, path, "image id", duplicates)}
 
 
-def list_folder_pairs(images_dir, masks_dir, split_file=None):
+def split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates="error"):
+  """[train pairs, eval pairs] of the ids of two split files; an id in both is reported (data.duplicates)."""
+  train_ids, eval_ids = (read_split_file(path, duplicates) for path in (train_file, eval_file))
+  common_data.check_overlap({i: f"{train_file}:{n}" for i, n in train_ids.items()},
+                            {i: f"{eval_file}:{n}" for i, n in eval_ids.items()}, "image id", duplicates)
+  images = _list_images(images_dir)
+  return [_pairs_of_ids(images, images_dir, masks_dir, ids, path)
+          for ids, path in ((train_ids, train_file), (eval_ids, eval_file))]
+
+
+def list_folder_pairs(images_dir, masks_dir, split_file=None, duplicates="error"):
   """Sorted (image path, mask path) pairs; masks are <masks_dir>/<image name>.png.
 
   Args:
     images_dir: the images, with any extension of common/data.IMAGE_EXTENSIONS.
     masks_dir: PNG masks of class ids (or palette PNGs whose indices are class ids).
     split_file: optional file of image ids (names without extension); None takes every image.
+    duplicates: what an id listed twice in split_file is: "error" or "warn".
   """
+  images = _list_images(images_dir)
+  ids = {image_id: None for image_id in sorted(images)} if split_file is None else read_split_file(
+      split_file, duplicates)
+  return _pairs_of_ids(images, images_dir, masks_dir, ids, split_file)
+
+
+def _list_images(images_dir):
+  """{image id: path} of the images of a folder."""
   images = {}
   for path in common_data.list_files(images_dir, common_data.IMAGE_EXTENSIONS):
     image_id = os.path.splitext(os.path.basename(path))[0]
     if image_id in images:
       raise DataError(f"{images_dir}: two images are named {image_id} ({images[image_id]}, {path})")
     images[image_id] = path
-  ids = sorted(images) if split_file is None else read_split_file(split_file)
+  return images
+
+
+def _pairs_of_ids(images, images_dir, masks_dir, ids, split_file):
+  """(image, mask) of each id of {id: line number in split_file (None without one)}."""
   pairs = []
-  for image_id in ids:
+  for image_id, line in ids.items():
     if image_id not in images:
-      raise DataError(f"{split_file}: image id '{image_id}' has no image in {images_dir}")
+      raise DataError(f"{split_file}:{line}: image id '{image_id}' has no image in {images_dir}")
     mask = os.path.join(masks_dir, image_id + MASK_EXTENSION)
     if not os.path.isfile(mask):
       raise DataError(f"image {images[image_id]} has no mask {mask}")
@@ -226,39 +256,54 @@ def list_folder_pairs(images_dir, masks_dir, split_file=None):
 
 
 def check_pair(pair, num_classes, ignore_label):
-  """Decodes an image and its mask with PIL and checks that they agree; returns a PairInfo."""
+  """Decodes an image and its mask as the pipeline does and checks that they agree; returns a PairInfo.
+
+  The mask is read with PIL too, for its palette and the indices of a palette mask.
+  """
   image_path, mask_path = pair
   image_format, _, (width, height) = common_data.check_image(image_path)
-  with common_data.decoded_image(mask_path) as mask:
+  contents = common_data.read_file(mask_path)
+  with common_data.decoded_image(mask_path, contents) as mask:
     mask_format, mask_mode = mask.format, mask.mode
     palette = mask.getpalette() if mask_mode == "P" else None
     ids = np.asarray(mask)
   if mask_format != "PNG" or mask_mode not in ("L", "P"):
     raise DataError(f"{mask_path}: masks must be 8-bit grayscale or palette PNGs of class ids, "
                     f"got a {mask_format} of mode {mask_mode}")
+  # The channels of _mask_decoder's decode_png: class ids, or the colors of a palette.
+  common_data.tf_decoded(mask_path, tf.io.decode_png, contents, channels=1 if mask_mode == "L" else 3)
   if ids.shape != (height, width):
     raise DataError(f"mask {mask_path} is {ids.shape[0]}x{ids.shape[1]}, "
                     f"image {image_path} is {height}x{width}")
   class_ids = np.flatnonzero(np.bincount(ids.ravel(), minlength=256))
-  bad = [c for c in class_ids if c >= num_classes and c != ignore_label]
-  if bad:
-    raise DataError(f"{mask_path}: class id {bad[0]} >= num_classes {num_classes} "
-                    f"and not the ignore label {ignore_label}")
+  _check_class_ids(mask_path, class_ids, num_classes, ignore_label)
   return PairInfo(image_format, height, width, mask_mode, tuple(palette) if palette else None,
                   tuple(int(c) for c in class_ids))
 
 
+def _check_class_ids(where, class_ids, num_classes, ignore_label):
+  bad = [c for c in class_ids if c >= num_classes and c != ignore_label]
+  if bad:
+    raise DataError(f"{where}: class id {bad[0]} >= data.num_classes={num_classes} "
+                    f"and not data.ignore_label={ignore_label}")
+
+
 def check_pairs(pairs, num_classes, ignore_label, skip_bad_files):
   """Checks every pair up front; returns (good pairs, their PairInfos)."""
-  good, infos, _ = common_data.check_files(
+  return _checked_pairs(pairs, num_classes, ignore_label, skip_bad_files)[:2]
+
+
+def _checked_pairs(pairs, num_classes, ignore_label, skip_bad_files):
+  """(good pairs, their PairInfos, the names of the skipped ones)."""
+  good, infos, skipped = common_data.check_files(
       pairs, lambda pair: check_pair(pair, num_classes, ignore_label), skip_bad_files,
       name_fn=lambda pair: os.path.basename(pair[0]))
   if not good:
     raise DataError(f"no image of {os.path.dirname(pairs[0][0])} decodes")
-  return good, infos
+  return good, infos, skipped
 
 
-def _pairs_source(pairs, infos):
+def _pairs_source(pairs, infos, skipped=()):
   decode_mask = _mask_decoder(pairs, infos)
   sizes = {(info.height, info.width) for info in infos}
 
@@ -271,7 +316,7 @@ def _pairs_source(pairs, infos):
       files = files.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True).repeat()
     return files.map(load, num_parallel_calls=tf.data.AUTOTUNE)
 
-  return _Source(read, len(pairs), sizes.pop() if len(sizes) == 1 else None)
+  return _Source(read, len(pairs), sizes.pop() if len(sizes) == 1 else None, skipped)
 
 
 def _mask_decoder(pairs, infos):
@@ -328,15 +373,8 @@ def _palette_lookup(pairs, infos):
 # TFRecord shards.
 
 
-def _tfrecord_source(pattern, scan_sizes):
-  """Records of scripts/convert_to_tfrecord.py; the eval files are scanned once for image sizes."""
-  common_data.list_tfrecord_files(pattern)
-  num_records, image_size = None, None
-  if scan_sizes:
-    sizes = _scan_tfrecord_sizes(pattern)
-    num_records = sum(sizes.values())
-    if len(sizes) == 1 and min(next(iter(sizes))) > 0:
-      image_size = next(iter(sizes))
+def _tfrecord_source(pattern, cfg):
+  """Records of scripts/convert_to_tfrecord.py, every one parsed and decoded up front."""
 
   def parse(record):
     features = tf.io.parse_single_example(record, TFRECORD_FEATURES)
@@ -344,20 +382,31 @@ def _tfrecord_source(pattern, scan_sizes):
     mask = tf.io.decode_png(features["image/segmentation/class/encoded"], channels=1)[..., 0]
     return image, mask
 
+  def record_values(record):
+    """What check tests: the sizes of image and mask, and the mask's pixels per class id."""
+    features = common_data.parse_example(record, TFRECORD_FEATURES)
+    image = common_data.tf_decoded("image/encoded", common_data.decode_image, features["image/encoded"], 3)
+    mask = common_data.tf_decoded("image/segmentation/class/encoded", tf.io.decode_png,
+                                  features["image/segmentation/class/encoded"], channels=1)[..., 0]
+    return (tf.shape(image)[:2], tf.shape(mask),
+            tf.math.bincount(tf.cast(mask, tf.int32), minlength=256, maxlength=256))
+
+  def check(image_size, mask_size, pixels_per_id):
+    if tuple(image_size) != tuple(mask_size):
+      raise DataError(f"the mask is {mask_size[0]}x{mask_size[1]}, the image {image_size[0]}x{image_size[1]}")
+    _check_class_ids("image/segmentation/class/encoded", np.flatnonzero(pixels_per_id), cfg.num_classes,
+                     cfg.ignore_label)
+    return int(mask_size[0]), int(mask_size[1])
+
+  sizes, skip = common_data.check_tfrecords(pattern, record_values, check, cfg.skip_bad_files)
+
   def read(seed):
-    records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None)
+    records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None, skip=skip)
     return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
 
-  return _Source(read, num_records, image_size)
-
-
-def _scan_tfrecord_sizes(pattern):
-  """{(height, width): count} from the records' size features (0 when a record has none)."""
-  spec = {k: TFRECORD_FEATURES[k] for k in ("image/height", "image/width")}
-  sizes = collections.Counter()
-  for batch in common_data.read_tfrecords(pattern).batch(1024).map(lambda r: tf.io.parse_example(r, spec)):
-    sizes.update(zip(batch["image/height"].numpy().tolist(), batch["image/width"].numpy().tolist()))
-  return sizes
+  distinct = set(sizes)
+  return _Source(read, len(sizes), distinct.pop() if len(distinct) == 1 else None,
+                 common_data.tfrecord_names(skip))
 
 
 # .npy arrays of patches [N, h, w, 3] and labels [N, h, w].

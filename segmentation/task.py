@@ -6,8 +6,10 @@ SavedModel and prediction all take the same input.
 """
 import tensorflow as tf
 
+from common import config as config_lib
 from common import data as common_data
 from common import export as export_lib
+from common import normalization
 from common import task as task_lib
 from common.errors import ConfigError
 from segmentation import data as data_lib
@@ -18,7 +20,18 @@ from segmentation import visualize
 
 
 def validate_config(config):
-  """The segmentation sections' checks that need more than one value (data.py checks the rest)."""
+  """The segmentation sections' checks (data.py checks the data keys it reads: source, sizes, counts)."""
+  config_lib.check_values(config, {
+      "data.normalization": config_lib.one_of(*normalization.SCHEMES),
+      "data.skip_bad_files": config_lib.BOOL,
+      "data.class_names": config_lib.sequence_of(config_lib.STRING,
+                                                 "a sequence of strings (() = the source's names)"),
+      "data.npy_pixel_max": config_lib.POSITIVE,
+      "model.widths": config_lib.POSITIVE_INTS,
+      "model.weight_decay": config_lib.NON_NEGATIVE,
+      "loss.class_weights": config_lib.sequence_of(config_lib.NON_NEGATIVE,
+                                                   "a sequence of numbers >= 0 (() = all 1)"),
+  })
   stride = model_lib.total_stride(config.model.widths)
   if config.data.patch_size % stride:
     raise ConfigError(f"data.patch_size={config.data.patch_size} is not divisible by the model's total "
@@ -27,6 +40,8 @@ def validate_config(config):
   if weights and len(weights) != config.data.num_classes:
     raise ConfigError(f"loss.class_weights has {len(weights)} entries, data.num_classes is "
                       f"{config.data.num_classes}")
+  if weights and not any(weights):
+    raise ConfigError(f"loss.class_weights={weights} are all 0: the loss would be 0 and nothing would train")
 
 
 def make_loss_fn(ignore_label, class_weights):
@@ -63,6 +78,20 @@ def export_model(model, path, pad_multiple):
   return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES])
 
 
+def input_fingerprint(config, data):
+  """What the checkpointed input position depends on: resuming with other values is refused."""
+  cfg = config.data
+  if data.train_files:
+    files = [image for image, _ in data.train_files]
+  elif cfg.source == "tfrecord":
+    files = common_data.list_tfrecord_files(cfg.train_pattern)
+  else:
+    files = [cfg.train_images, cfg.train_labels]
+  return {"train.batch_size": config.train.batch_size, "data.patch_size": cfg.patch_size,
+          "data.patches_per_image": cfg.patches_per_image, "data.shuffle_buffer": cfg.shuffle_buffer,
+          "train files": common_data.files_fingerprint(files), "train images": data.num_train_images}
+
+
 def make_task(config, workdir):
   """Checks the config, builds the datasets (synthetic scenes are cached in workdir) -> Task."""
   validate_config(config)
@@ -89,4 +118,6 @@ def make_task(config, workdir):
       export=lambda model, path: export_model(model, path, pad_multiple),
       describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
       image_summaries_fn=image_summaries,
-      train_files=data.train_files)
+      train_files=data.train_files,
+      input_fingerprint=input_fingerprint(config, data),
+      data_report=data.data_report)

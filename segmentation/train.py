@@ -11,7 +11,7 @@ from segmentation import task as task_lib
 
 def train_and_evaluate(config, workdir):
   """Trains, evaluates and exports; returns the final metrics (also in workdir/metrics.json)."""
-  strategy = train_loop.prepare_run(config)
+  strategy = train_loop.prepare_run(config, workdir)
   task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()

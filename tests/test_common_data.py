@@ -1,12 +1,16 @@
-"""Tests of common/data.py: listings, image checks, TFRecords and streamed .npy arrays."""
+"""Tests of common/data.py: listings, image checks, text inputs, TFRecords and streamed .npy arrays."""
+import io
+import logging
 import os
 
+import ml_collections
 import numpy as np
 from PIL import Image
 import pytest
 import tensorflow as tf
 
 from common import data
+from common.errors import ConfigError
 from common.errors import DataError
 
 
@@ -57,8 +61,8 @@ def test_check_images_skips_and_counts_bad_files(tmp_path):
   paths = make_images(tmp_path, 6)
   write_corrupt(tmp_path / "img001.png")
   (tmp_path / "img004.png").write_bytes(b"")
-  good, num_skipped = data.check_images(paths, skip_bad_files=True)
-  assert num_skipped == 2
+  good, skipped = data.check_images(paths, skip_bad_files=True)
+  assert skipped == [paths[1], paths[4]]
   assert good == [p for i, p in enumerate(paths) if i not in (1, 4)]
 
 
@@ -77,8 +81,8 @@ def test_check_files_keeps_order_and_infos_of_a_long_list(tmp_path):
       raise data.UndecodableFileError(f"item {i}")
     return i * 2
 
-  good, infos, num_skipped = data.check_files(items, check, skip_bad_files=True)
-  assert num_skipped == 12
+  good, infos, skipped = data.check_files(items, check, skip_bad_files=True)
+  assert skipped == [str(i) for i in items if i % 100 == 7]
   assert good == [i for i in items if i % 100 != 7]
   assert infos == [2 * i for i in good]
 
@@ -216,3 +220,215 @@ def test_read_shuffled_blocks_covers_every_record_each_pass(tmp_path):
   assert values[:103] != list(range(103))
   assert read(seed=3) == values
   assert read(seed=4) != values
+
+
+# Checks that decode as TensorFlow does, and the text reader.
+
+
+def encoded(image, image_format, **kwargs):
+  buffer = io.BytesIO()
+  image.save(buffer, format=image_format, **kwargs)
+  return buffer.getvalue()
+
+
+def pil_loads(contents):
+  with Image.open(io.BytesIO(contents)) as img:
+    img.load()
+
+
+def flip_idat_crc(png):
+  index = png.index(b"IDAT")
+  length = int.from_bytes(png[index - 4:index], "big")
+  broken = bytearray(png)
+  broken[index + 4 + length] ^= 0xFF
+  return bytes(broken)
+
+
+RGB = Image.fromarray(np.random.default_rng(0).integers(0, 256, (20, 21, 3), np.uint8))
+GRAY = Image.fromarray(np.random.default_rng(1).integers(0, 256, (20, 21), np.uint8))
+
+
+# Files that PIL's full load() reads but TensorFlow's decoders refuse (measured
+# with Pillow and TensorFlow 2.21): a PNG missing up to its last ~20 bytes (IEND,
+# the last IDAT's CRC and the zlib checksum), a bad IDAT CRC, a GIF missing its
+# last two bytes, a 1-bit BMP, a BMP missing a byte of its last row's padding.
+@pytest.mark.parametrize("name, contents", [
+    ("cut_4.png", encoded(RGB, "PNG")[:-4]),
+    ("cut_12.png", encoded(RGB, "PNG")[:-12]),
+    ("cut_16.png", encoded(RGB, "PNG")[:-16]),
+    ("cut_20.png", encoded(GRAY, "PNG")[:-20]),
+    ("idat_crc.png", flip_idat_crc(encoded(RGB, "PNG"))),
+    ("cut_2.gif", encoded(GRAY.convert("P"), "GIF")[:-2]),
+    ("one_bit.bmp", encoded(GRAY.convert("1"), "BMP")),
+    ("cut_1.bmp", encoded(RGB, "BMP")[:-1]),
+])
+def test_check_image_refuses_what_tensorflow_does_not_decode(tmp_path, name, contents):
+  pil_loads(contents)  # PIL reads it: a PIL-only check let it through
+  path = tmp_path / name
+  path.write_bytes(contents)
+  with pytest.raises(data.UndecodableFileError) as excinfo:
+    data.check_image(str(path))
+  message = str(excinfo.value)
+  assert message.startswith(f"{path}: does not decode as an image (TensorFlow: ") and "\n" not in message
+  assert "{{" not in message and "[Op:" not in message
+
+
+def test_check_image_names_a_truncated_png_or_skips_it(tmp_path, caplog):
+  paths = make_images(tmp_path, 4)
+  cut = tmp_path / "img002.png"
+  cut.write_bytes(cut.read_bytes()[:-16])
+  with pytest.raises(DataError) as excinfo:
+    data.check_images(paths, skip_bad_files=False)
+  assert str(excinfo.value).startswith(f"{cut}: does not decode as an image (TensorFlow: ")
+  assert str(excinfo.value).endswith("; data.skip_bad_files=True skips such files")
+  with caplog.at_level(logging.WARNING):
+    good, skipped = data.check_images(paths, skip_bad_files=True)
+  assert good == [p for p in paths if p != str(cut)] and skipped == [str(cut)]
+  assert f"skipping: {cut}: does not decode" in caplog.text
+  assert f"skipped 1 of 4 files that do not decode: {cut}" in caplog.text
+
+
+def test_check_image_names_missing_files_and_folders(tmp_path):
+  with pytest.raises(DataError, match=f"^{tmp_path}/none.png: no such file$"):
+    data.check_image(str(tmp_path / "none.png"))
+  (tmp_path / "dir.png").mkdir()
+  with pytest.raises(DataError, match=f"^{tmp_path}/dir.png: a folder, expected a file$"):
+    data.check_image(str(tmp_path / "dir.png"))
+
+
+def test_list_files_names_what_it_leaves_out(tmp_path, caplog):
+  make_images(tmp_path, 2)
+  (tmp_path / "photo.webp").write_bytes(b"x")
+  (tmp_path / ".DS_Store").write_bytes(b"x")
+  with caplog.at_level(logging.WARNING):
+    assert len(data.list_files(str(tmp_path), [".png"])) == 2
+  assert f"{tmp_path}: left out 1 files not ending in .png, e.g. photo.webp" in caplog.text
+
+
+def write_records(tmp_path, contents_list, num_shards=2):
+  records = [data.make_example({"image": data.bytes_feature(c), "id": data.int64_feature(i)})
+             for i, c in enumerate(contents_list)]
+  data.write_tfrecord_shards(records, str(tmp_path / "rec"), num_shards, log_every=0)
+  return str(tmp_path / "rec-*.tfrecord")
+
+
+RECORD_SPEC = {"image": tf.io.FixedLenFeature([], tf.string), "id": tf.io.FixedLenFeature([], tf.int64)}
+
+
+def record_values(record):
+  features = data.parse_example(record, RECORD_SPEC)
+  image = data.tf_decoded("image", data.decode_image, features["image"])
+  return features["id"], tf.shape(image)
+
+
+def check_values(record_id, shape):
+  if shape[0] != 20:
+    raise DataError(f"image is {shape[0]} rows high")
+  return int(record_id)
+
+
+def test_check_tfrecords_names_shard_and_record_or_skips_them(tmp_path, caplog):
+  png = encoded(RGB, "PNG")
+  pattern = write_records(tmp_path, [png, png, png, png[:-16], png, b"not an image"])
+  shard1 = str(tmp_path / "rec-00001-of-00002.tfrecord")
+  with pytest.raises(data.UndecodableFileError) as excinfo:
+    data.check_tfrecords(pattern, record_values, check_values, skip_bad_files=False)
+  message = str(excinfo.value)
+  # Round-robin shards: record 3 is the second of shard 1.
+  assert message.startswith(f"{shard1}: record 1: image: does not decode as an image (TensorFlow: ")
+  assert "\n" not in message
+  with caplog.at_level(logging.WARNING):
+    ids, skip = data.check_tfrecords(pattern, record_values, check_values, skip_bad_files=True)
+  assert ids == [0, 2, 4, 1] and skip == [(shard1, 1), (shard1, 2)]
+  assert f"skipped 2 of 6 records that do not decode: {shard1} record 1, {shard1} record 2" in caplog.text
+  # The pipelines read the same files without the skipped records.
+  ordered = data.read_tfrecords(pattern, skip=skip)
+  assert [int(tf.io.parse_single_example(r, RECORD_SPEC)["id"]) for r in ordered] == [0, 2, 4, 1]
+  shuffled = data.read_tfrecords(pattern, shuffle_seed=3, repeat=True, skip=skip)
+  ids = [int(tf.io.parse_single_example(r, RECORD_SPEC)["id"]) for r in shuffled.take(12)]
+  assert sorted(ids) == sorted([0, 1, 2, 4] * 3)
+
+
+@pytest.mark.parametrize("undecodable", [False, True])
+@pytest.mark.parametrize("skip_bad_files", [False, True])
+def test_check_tfrecords_names_bad_values_in_either_pass(tmp_path, undecodable, skip_bad_files):
+  png, short = encoded(RGB, "PNG"), encoded(RGB.crop((0, 0, 21, 10)), "PNG")
+  # Round-robin shards: shard 1 holds records 1, 3 and 5. Without an undecodable
+  # record it is checked in one tf.data pass, with one record by record.
+  pattern = write_records(tmp_path, [png, png, png, short, png, b"x" if undecodable else png])
+  with pytest.raises(DataError) as excinfo:
+    data.check_tfrecords(pattern, record_values, check_values, skip_bad_files)
+  assert str(excinfo.value) == f"{tmp_path}/rec-00001-of-00002.tfrecord: record 1: image is 10 rows high"
+
+
+def test_check_tfrecords_names_records_of_another_kind_and_unreadable_files(tmp_path):
+  pattern = write_records(tmp_path, [b"x"], num_shards=1)
+  spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+  with pytest.raises(data.UndecodableFileError, match=r"rec-00000-of-00001.tfrecord: record 0: not a "
+                                                      r"tf.train.Example with image, label \(.*label"):
+    data.check_tfrecords(pattern, lambda r: data.parse_example(r, spec)["label"], int, False)
+  (tmp_path / "rec-00000-of-00001.tfrecord").write_bytes(b"not a tfrecord file at all")
+  with pytest.raises(DataError, match=r"rec-00000-of-00001.tfrecord: not a readable TFRecord file "
+                                      r"\(at record 0"):
+    data.check_tfrecords(pattern, record_values, check_values, False)
+
+
+def test_read_text_lines_reads_utf8_with_or_without_a_bom(tmp_path):
+  path = tmp_path / "ids.txt"
+  path.write_bytes("\ufeffcafé\r\n\r\n  \nsecond line\n".encode("utf-8"))
+  assert data.read_text_lines(str(path), "split file") == [(1, "café"), (4, "second line")]
+  csv_path = tmp_path / "labels.csv"
+  csv_path.write_bytes("\ufeffid,label\r\na, pug \r\n\r\n\"b,c\",beagle\r\n".encode("utf-8"))
+  assert data.read_csv_rows(str(csv_path), "CSV file") == [(1, ["id", "label"]), (2, ["a", "pug"]),
+                                                           (4, ["b,c", "beagle"])]
+
+
+def test_read_text_names_bad_encodings_folders_and_missing_files(tmp_path):
+  path = tmp_path / "latin1.txt"
+  path.write_bytes("ok\nstill ok\nnaïve\n".encode("latin-1"))
+  with pytest.raises(DataError) as excinfo:
+    data.read_text_lines(str(path), "split file")
+  assert str(excinfo.value) == f"{path}: not UTF-8 text (byte 0xef at line 3); save it as UTF-8"
+  with pytest.raises(DataError, match=f"^{tmp_path}: a folder, expected a split file$"):
+    data.read_text_lines(str(tmp_path), "split file")
+  with pytest.raises(DataError, match=f"^{tmp_path}/none.txt: no such pairs file$"):
+    data.read_text_lines(str(tmp_path / "none.txt"), "pairs file")
+
+
+def test_first_entries_refuses_or_warns_about_duplicates(caplog):
+  entries = [("a", "pug", 2), ("b", "akita", 3), ("a", "pug", 5), ("b", "beagle", 7)]
+  with pytest.raises(DataError) as excinfo:
+    data.first_entries(entries, "x.csv", "id", "error", "label")
+  assert str(excinfo.value) == ("x.csv:5: id 'a' is listed again (first at line 2); remove one, or set "
+                                "data.duplicates='warn' to keep the first")
+  with pytest.raises(DataError) as excinfo:
+    data.first_entries(entries[:2] + entries[3:], "x.csv", "id", "error", "label")
+  assert str(excinfo.value).startswith("x.csv:7: id 'b' has label 'beagle' here but 'akita' at line 3; ")
+  with caplog.at_level(logging.WARNING):
+    assert data.first_entries(entries, "x.csv", "id", "warn", "label") == entries[:2]
+  assert "x.csv:7: id 'b' has label 'beagle' here but 'akita' at line 3; keeping the first" in caplog.text
+
+
+def test_check_overlap_refuses_or_warns(caplog):
+  train = {"a": "train.txt:1", "b": "train.txt:2"}
+  evaluation = {"c": "eval.txt:1", "b": "eval.txt:2", "a": "eval.txt:3"}
+  with pytest.raises(DataError) as excinfo:
+    data.check_overlap(train, evaluation, "image id", "error")
+  assert str(excinfo.value) == ("eval.txt:2: image id 'b' is in the training split too (train.txt:2) "
+                                "(1 more); remove it from one split, or set data.duplicates='warn' to keep "
+                                "both")
+  with caplog.at_level(logging.WARNING):
+    data.check_overlap(train, evaluation, "image id", "warn")
+  assert "kept in both splits" in caplog.text
+  data.check_overlap(train, {"c": "eval.txt:1"}, "image id", "error")
+
+
+def test_duplicates_mode_and_skip_report():
+  with pytest.raises(ConfigError, match="^data.duplicates='ignore' is not one of error, warn$"):
+    data.duplicates_mode(ml_collections.ConfigDict({"duplicates": "ignore"}))
+  names = [f"f{i}" for i in range(150)]
+  report = data.skip_report({"train": names[:120], "eval": names[120:]})
+  assert report["skipped_files"] == {"train": 120, "eval": 30}
+  assert report["skipped_names"] == names[:100]
+  assert data.skip_report({"train": [], "eval": []}) == {"skipped_files": {"train": 0, "eval": 0},
+                                                         "skipped_names": []}

@@ -1,5 +1,7 @@
-"""Classification data: class folders, CSV, TF-Slim TFRecords, labels, balance, oversampling."""
+"""Classification data: class folders, CSV, TF-Slim TFRecords, labels, balance, oversampling, bad input."""
+import logging
 import os
+import re
 
 import numpy as np
 from PIL import Image
@@ -31,11 +33,11 @@ def write_image(path, color, size=12):
   Image.fromarray(np.full((size, size + 3, 3), color, np.uint8)).save(path)
 
 
-def write_class_folders(root, counts):
+def write_class_folders(root, counts, prefix=""):
   """Class i is a solid image of gray level 40 * i, so that labels can be read back from pixels."""
   for class_id, count in enumerate(counts):
     for index in range(count):
-      write_image(os.path.join(root, f"breed_{class_id}", f"{class_id}_{index}.jpg"), 40 * class_id)
+      write_image(os.path.join(root, f"breed_{class_id}", f"{prefix}{class_id}_{index}.jpg"), 40 * class_id)
   return str(root)
 
 
@@ -116,8 +118,12 @@ def test_csv_of_ids_and_breed_names(tmp_path):
 @pytest.mark.parametrize("rows, labels_file, expected", [
     (["id,affenpinscher,afghan_hound", "img0,1,0"], None,
      r"labels.csv:1: 3 columns; expected 'id,label'.*\(one-hot columns are not labels\)"),
-    (["img0,pug", "img1,corgi"], "0:pug\n1:beagle\n", r"labels.csv: label 'corgi' \(row 2\) is not a class"),
-    (["img0,0", "img1,5"], "0:pug\n1:beagle\n", r"labels.csv \(row 2\): label 5 is out of range; expected 0..1"),
+    (["id,breed", "img0,pug", "img1,corgi"], "0:pug\n1:beagle\n",
+     r"labels.csv:3: label 'corgi' is not a class of data.labels_file$"),
+    (["img0,0", "img1,5"], "0:pug\n1:beagle\n",
+     r"labels.csv:2: label 5 is out of range; expected 0..1 \(data.labels_file names 2 classes\)$"),
+    (["img0,0", "img1,5"], None,
+     r"labels.csv:2: label 5 is out of range; expected 0..2 \(data.num_classes=3\)$"),
 ])
 def test_bad_csv_labels_are_named(tmp_path, rows, labels_file, expected):
   for index in range(2):
@@ -127,15 +133,20 @@ def test_bad_csv_labels_are_named(tmp_path, rows, labels_file, expected):
   if labels_file:
     (tmp_path / "labels.txt").write_text(labels_file)
     cfg.labels_file = str(tmp_path / "labels.txt")
+  if not labels_file:
+    cfg.num_classes = 3
   with pytest.raises(DataError, match=expected):
     data_lib.make_datasets(cfg, 2, seed=0)
 
 
-def write_slim_tfrecords(prefix, labels, label_values=None):
-  """TF-Slim's image_to_tfexample records; label_values overrides the label lists."""
+def write_slim_tfrecords(prefix, labels, label_values=None, cut=None):
+  """TF-Slim's image_to_tfexample records; label_values overrides the label lists; record `cut`'s
+  image is a PNG missing its last bytes."""
   records = []
   for index, label in enumerate(labels):
     encoded = tf.io.encode_jpeg(np.full((10, 10, 3), 20 * index, np.uint8)).numpy()
+    if index == cut:
+      encoded = tf.io.encode_png(np.full((10, 10, 3), 20 * index, np.uint8)).numpy()[:-16]
     values = label_values[index] if label_values else [label]
     records.append(common_data.make_example({
         "image/encoded": common_data.bytes_feature(encoded),
@@ -165,7 +176,8 @@ def test_slim_tfrecords_with_labels_offset_and_labels_file(tmp_path):
 
 @pytest.mark.parametrize("labels, label_values, expected", [
     ([0, 7], None, r"train-00001-of-00002.tfrecord: record 0: label 7 is out of range; expected 0..2"),
-    ([0, 0], [[0], [0, 1, 0]], r"record 0 has 3 values in image/class/label \(one-hot labels\?\)"),
+    ([0, 0], [[0], [0, 1, 0]], r"train-00001-of-00002.tfrecord: record 0: 3 values in image/class/label "
+                               r"\(one-hot labels\?\)"),
 ])
 def test_bad_tfrecord_labels_are_named(tmp_path, labels, label_values, expected):
   pattern = write_slim_tfrecords(tmp_path / "train", labels, label_values)
@@ -229,3 +241,177 @@ def test_synthetic_classes_are_deterministic_and_distinct(tmp_path):
   rng = np.random.default_rng(0)
   means = [data_lib.draw_synthetic_image(c, 4, 32, rng).reshape(-1, 3).mean(axis=0) for c in range(4)]
   assert min(np.abs(a - b).max() for i, a in enumerate(means) for b in means[i + 1:]) > 30
+
+
+# Files that PIL reads but TensorFlow does not, and the text inputs.
+
+
+def truncated_png(path, size=12):
+  """A PNG missing its last 16 bytes: PIL still reads it, TensorFlow's decoder does not."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  contents = tf.io.encode_png(np.full((size, size + 3, 3), 90, np.uint8)).numpy()[:-16]
+  with open(path, "wb") as f:
+    f.write(contents)
+  return str(path)
+
+
+def one_line(excinfo):
+  message = str(excinfo.value)
+  assert "\n" not in message
+  return message
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, caplog, split):
+  train_dir = write_class_folders(tmp_path / "train", [4, 4])
+  eval_dir = write_class_folders(tmp_path / "eval", [2, 2], prefix="eval")
+  bad = truncated_png(tmp_path / split / "breed_1" / "cut.png")
+  cfg = data_config(source="folder", train_dir=train_dir, eval_dir=eval_dir)
+  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+    data_lib.make_datasets(cfg, 2, seed=0)
+  assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
+  cfg.skip_bad_files = True
+  with caplog.at_level(logging.WARNING):
+    data = data_lib.make_datasets(cfg, 2, seed=0)
+  assert f"skipping: {bad}: does not decode" in caplog.text
+  counts = {"train": 0, "eval": 0}
+  counts[split] = 1
+  assert data.data_report == {"skipped_files": counts, "skipped_names": [bad]}
+  # The class balance and the eval count hold the images used, not the skipped one.
+  np.testing.assert_array_equal(data.train_counts, [4, 4])
+  assert data.num_eval == len(all_labels(data.eval)) == len(all_labels(data.raw_eval)) == 4
+  first_batch(data.train)
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_tfrecord_images_are_decoded_up_front_naming_shard_and_record(tmp_path, caplog, split):
+  good = write_slim_tfrecords(tmp_path / "good", [0, 1, 0, 1])
+  bad = write_slim_tfrecords(tmp_path / "bad", [0, 1, 0, 1, 1], cut=3)
+  shard = str(tmp_path / "bad-00001-of-00002.tfrecord")
+  cfg = data_config(source="tfrecord", num_classes=2, train_pattern=bad if split == "train" else good,
+                    eval_pattern=bad if split == "eval" else good)
+  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+    data_lib.make_datasets(cfg, 2, seed=0)
+  assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
+  cfg.skip_bad_files = True
+  with caplog.at_level(logging.WARNING):
+    data = data_lib.make_datasets(cfg, 2, seed=0)
+  assert f"skipped 1 of 5 records that do not decode: {shard} record 1" in caplog.text
+  counts = {"train": 0, "eval": 0}
+  counts[split] = 1
+  assert data.data_report == {"skipped_files": counts, "skipped_names": [f"{shard} record 1"]}
+  # Record 3 (class 1) is not counted in the class balance, nor read by the pipelines.
+  np.testing.assert_array_equal(data.train_counts, [2, 2])
+  assert data.num_eval == len(all_labels(data.eval)) == 4
+  for _ in data.train.take(6):  # several passes over the training records
+    pass
+
+
+def csv_config(tmp_path, text, **overrides):
+  for index in range(4):
+    write_image(str(tmp_path / "images" / f"img{index}.jpg"), 30 * index)
+  path = tmp_path / "labels.csv"
+  path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+  return data_config(source="csv", csv_path=str(path), images_dir=str(tmp_path / "images"), **overrides)
+
+
+def test_a_csv_may_start_with_a_bom(tmp_path):
+  cfg = csv_config(tmp_path, "\ufeffid,breed\r\nimg0,pug\r\nimg1,pug\r\nimg2,akita\r\nimg3,akita\r\n")
+  data = data_lib.make_datasets(cfg, 2, seed=0)
+  assert data.class_names == ("akita", "pug")  # not a class "breed" from a header read as a row
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b"id,breed\nimg0,pug\nimg1,pug\xe9\n",
+     r"labels.csv: not UTF-8 text \(byte 0xe9 at line 3\); save it as UTF-8$"),
+    ("id,breed\nimg0,pug\nimg1,\nimg2,akita\n", r"labels.csv:3: empty label in 'img1,'$"),
+    ("img0,pug\n,akita\n", r"labels.csv:2: empty id in ',akita'$"),
+    ("id,breed\nimg0,pug\nimg1,pug\nimg0,pug\n",
+     r"labels.csv:4: id 'img0' is listed again \(first at line 2\); remove one, or set "
+     "data.duplicates='warn' to keep the first$"),
+    ("id,breed\nimg0,pug\nimg1,pug\nimg0,akita\n",
+     r"labels.csv:4: id 'img0' has label 'akita' here but 'pug' at line 2; remove one, or set "
+     "data.duplicates='warn'"),
+    ("img0,pug\nimg7,pug\n",
+     r"images/img7.jpg: no such file \(.*labels.csv:2; data.image_extension is '.jpg'\)$"),
+])
+def test_bad_csv_rows_are_one_line_naming_file_and_line(tmp_path, text, expected):
+  with pytest.raises(DataError) as excinfo:
+    data_lib.make_datasets(csv_config(tmp_path, text), 2, seed=0)
+  assert re.search(f"^{tmp_path}/{expected}", one_line(excinfo))
+
+
+def test_a_csv_of_png_images_names_data_image_extension(tmp_path):
+  cfg = csv_config(tmp_path, "img0,pug\nimg5,pug\n")
+  Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "images" / "img5.png")
+  with pytest.raises(DataError) as excinfo:
+    data_lib.make_datasets(cfg, 2, seed=0)
+  assert one_line(excinfo) == (
+      f"{tmp_path}/images/img5.jpg: no such file ({tmp_path}/labels.csv:2; data.image_extension is '.jpg'; "
+      "img5.png exists: set data.image_extension='.png')")
+
+
+def test_a_folder_or_nothing_where_the_csv_should_be_is_named(tmp_path):
+  cfg = csv_config(tmp_path, "img0,pug\n")
+  cfg.csv_path = str(tmp_path / "images")
+  with pytest.raises(DataError, match=f"^{tmp_path}/images: a folder, expected a CSV file$"):
+    data_lib.make_datasets(cfg, 2, seed=0)
+  cfg.csv_path = str(tmp_path / "none.csv")
+  with pytest.raises(DataError, match=f"^{tmp_path}/none.csv: no such CSV file$"):
+    data_lib.make_datasets(cfg, 2, seed=0)
+
+
+def test_duplicates_warn_keeps_the_first_row(tmp_path, caplog):
+  cfg = csv_config(tmp_path, "img0,pug\nimg1,pug\nimg2,akita\nimg3,akita\nimg0,akita\n", duplicates="warn")
+  with caplog.at_level(logging.WARNING):
+    data = data_lib.make_datasets(cfg, 2, seed=0)
+  assert ("labels.csv:5: id 'img0' has label 'akita' here but 'pug' at line 1; keeping the first"
+          in caplog.text)
+  assert data.train_counts.sum() + data.num_eval == 4
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0:pug\n1:beagle\n1:akita\n",
+     r"labels.txt:3: class id '1' has name 'akita' here but 'beagle' at line 2"),
+    ("0:pug\n1:beagle\n1:beagle\n", r"labels.txt:3: class id '1' is listed again \(first at line 2\)"),
+    ("0:pug\n1:beagle\n2:pug\n", r"labels.txt:3: class name 'pug' has id '2' here but '0' at line 1"),
+    ("0:pug\n1:\n", r"labels.txt:2: expected '<id>:<name>', got '1:'$"),
+    (b"0:pug\n1:b\xe9agle\n", r"labels.txt: not UTF-8 text \(byte 0xe9 at line 2\); save it as UTF-8$"),
+])
+def test_bad_labels_files_are_one_line_naming_file_and_line(tmp_path, text, expected):
+  path = tmp_path / "labels.txt"
+  path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+  with pytest.raises(DataError) as excinfo:
+    data_lib.read_labels_file(str(path))
+  assert re.search(f"^{path}{expected[len('labels.txt'):]}", one_line(excinfo))
+
+
+def test_labels_file_duplicates_warn_keeps_the_first(tmp_path, caplog):
+  path = tmp_path / "labels.txt"
+  path.write_text("\ufeff0:pug\r\n1:beagle\r\n1:akita\r\n")
+  with caplog.at_level(logging.WARNING):
+    assert data_lib.read_labels_file(str(path), "warn") == ["pug", "beagle"]
+  assert "labels.txt:3: class id '1' has name 'akita' here but 'beagle' at line 2; keeping the first" \
+      in caplog.text
+
+
+def test_an_image_in_train_and_eval_folders_is_named(tmp_path, caplog):
+  train_dir = write_class_folders(tmp_path / "train", [3, 3])
+  eval_dir = write_class_folders(tmp_path / "eval", [1, 1])
+  cfg = data_config(source="folder", train_dir=train_dir, eval_dir=eval_dir)
+  with pytest.raises(DataError) as excinfo:
+    data_lib.make_datasets(cfg, 2, seed=0)
+  assert one_line(excinfo) == (
+      f"{eval_dir}/breed_0/0_0.jpg: image 'breed_0/0_0.jpg' is in the training split too "
+      f"({train_dir}/breed_0/0_0.jpg) (1 more); remove it from one split, or set data.duplicates='warn' to "
+      "keep both")
+  cfg.duplicates = "warn"
+  with caplog.at_level(logging.WARNING):
+    data = data_lib.make_datasets(cfg, 2, seed=0)
+  assert "kept in both splits" in caplog.text and data.num_eval == 2
+
+
+def test_a_source_with_nothing_to_hold_out_is_named(tmp_path):
+  cfg = csv_config(tmp_path, "img0,pug\nimg1,akita\n")
+  with pytest.raises(DataError, match=f"^{tmp_path}/labels.csv: no image is held out for evaluation"):
+    data_lib.make_datasets(cfg, 2, seed=0)

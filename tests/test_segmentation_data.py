@@ -1,6 +1,7 @@
 """Tests of segmentation/data.py, segmentation/synthetic.py and scripts/convert_to_tfrecord.py."""
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -20,7 +21,7 @@ from segmentation import synthetic
 # The data fields of configs/segmentation.py, sized for tests.
 DEFAULTS = dict(
     source="synthetic", num_classes=5, ignore_label=255, patch_size=8, patches_per_image=4,
-    skip_bad_files=False, shuffle_buffer=64, eval_batch_size=16, eval_fraction=0.25,
+    skip_bad_files=False, duplicates="error", shuffle_buffer=64, eval_batch_size=16, eval_fraction=0.25,
     class_names=(), cache_dir="", image_size=24, num_train_images=6, num_eval_images=3, images_dir="",
     masks_dir="", train_split="", eval_split="", voc_root="", train_pattern="", eval_pattern="",
     train_images="", train_labels="", eval_images="", eval_labels="", npy_pixel_max=255.0)
@@ -163,13 +164,17 @@ def test_folder_patches_stay_aligned_with_their_masks(tmp_path):
     assert np.any(labels == 255) and np.any((labels > 0) & (labels < 5))
 
 
-def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path):
+def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path, caplog):
   sizes = [(20, 24), (17, 9), (12, 30)]
   images_dir, masks_dir, masks = write_folder(tmp_path, sizes)
   train_split, eval_split = write_split_files(tmp_path, ["img000"], ["img000", "img001", "img002"])
+  # img000 in both splits: an error unless data.duplicates='warn', which keeps it in both.
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, train_split=train_split,
-                 eval_split=eval_split)
-  data = seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+                 eval_split=eval_split, duplicates="warn")
+  with caplog.at_level(logging.WARNING):
+    data = seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+  assert f"{eval_split}:1: image id 'img000' is in the training split too ({train_split}:1); kept in both" \
+      in caplog.text
   batches = list(data.eval)
   assert [tuple(images.shape) for images, _ in batches] == [(1, 24, 24, 3), (1, 24, 16, 3), (1, 16, 32, 3)]
   for (images, labels), mask in zip(batches, masks):
@@ -374,8 +379,8 @@ def test_a_class_id_beyond_num_classes_is_named(tmp_path):
   images_dir, masks_dir, masks = write_folder(tmp_path, [(10, 12)] * 3)
   masks[2][4, 4] = 7
   Image.fromarray(masks[2]).save(tmp_path / "masks" / "img002.png")
-  with pytest.raises(DataError, match=f"^{masks_dir}/img002.png: class id 7 >= num_classes 5 and not the "
-                                      "ignore label 255$"):
+  with pytest.raises(DataError, match=f"^{masks_dir}/img002.png: class id 7 >= data.num_classes=5 and not "
+                                      "data.ignore_label=255$"):
     seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
 
 
@@ -391,7 +396,7 @@ def test_a_missing_split_file_is_named(tmp_path):
   write_voc(tmp_path)
   os.remove(tmp_path / "ImageSets/Segmentation/val.txt")
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21)
-  with pytest.raises(DataError, match=f"^{tmp_path}/ImageSets/Segmentation/val.txt: split file not found$"):
+  with pytest.raises(DataError, match=f"^{tmp_path}/ImageSets/Segmentation/val.txt: no such split file$"):
     seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
 
 
@@ -442,3 +447,149 @@ def test_convert_script_writes_shards_from_the_command_line(tmp_path):
   features = tf.io.parse_single_example(record, seg_data.TFRECORD_FEATURES)
   np.testing.assert_array_equal(
       tf.io.decode_png(features["image/segmentation/class/encoded"])[..., 0].numpy(), masks[-1])
+
+
+# Files that PIL reads but TensorFlow does not, and the split files.
+
+
+def truncate(path, num_bytes=16):
+  """Cuts the last bytes of a PNG: PIL still reads it, TensorFlow's decoder does not."""
+  path.write_bytes(path.read_bytes()[:-num_bytes])
+  with Image.open(path) as img:
+    img.load()
+  return str(path)
+
+
+def num_eval_images(data):
+  return sum(len(labels) for _, labels in data.eval)
+
+
+def one_line(excinfo):
+  message = str(excinfo.value)
+  assert "\n" not in message
+  return message
+
+
+@pytest.mark.parametrize("folder", ["images", "masks"])
+@pytest.mark.parametrize("split, bad_id", [("train", "img001"), ("eval", "img005")])
+def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, caplog, folder, split, bad_id):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 6)
+  bad = truncate(tmp_path / folder / f"{bad_id}.png")
+  train_split, eval_split = write_split_files(tmp_path, [f"img{i:03d}" for i in range(4)],
+                                              ["img004", "img005"])
+  cfg = folder_cfg(images_dir, masks_dir, train_split=train_split, eval_split=eval_split)
+  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+  assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
+  cfg.skip_bad_files = True
+  with caplog.at_level(logging.WARNING):
+    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+  assert f"skipping: {bad}: does not decode" in caplog.text
+  counts = {"train": 0, "eval": 0}
+  counts[split] = 1
+  assert data.data_report == {"skipped_files": counts, "skipped_names": [f"{bad_id}.png"]}
+  assert data.num_eval_images == 2 - counts["eval"]
+  assert num_eval_images(data) == data.num_eval_images  # the pipelines run past the bad file
+  first_batch(data.train)
+
+
+def write_records(tmp_path, count, cut=None):
+  """Segmentation TFRecords of `count` 10x12 images (record `cut`'s image truncated); returns the pattern."""
+  rng = np.random.default_rng(0)
+  records = []
+  for i in range(count):
+    mask = random_mask(rng, 10, 12)
+    image = tf.io.encode_png(image_of_mask(mask, rng)).numpy()
+    records.append(common_data.make_example({
+        "image/encoded": common_data.bytes_feature(image[:-16] if i == cut else image),
+        "image/segmentation/class/encoded":
+            common_data.bytes_feature(tf.io.encode_png(mask[..., None]).numpy()),
+    }))
+  common_data.write_tfrecord_shards(records, str(tmp_path / "train"), 2, log_every=0)
+  return str(tmp_path / "train-*.tfrecord")
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_tfrecords_are_decoded_up_front_naming_shard_and_record(tmp_path, caplog, split):
+  good = write_records(tmp_path / "good", 4)
+  bad = write_records(tmp_path / "bad", 5, cut=3)
+  cfg = make_cfg(source="tfrecord", train_pattern=bad if split == "train" else good,
+                 eval_pattern=bad if split == "eval" else good, patch_size=8)
+  shard = str(tmp_path / "bad" / "train-00001-of-00002.tfrecord")
+  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+  assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
+  cfg.skip_bad_files = True
+  with caplog.at_level(logging.WARNING):
+    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+  assert f"skipped 1 of 5 records that do not decode: {shard} record 1" in caplog.text
+  counts = {"train": 0, "eval": 0}
+  counts[split] = 1
+  assert data.data_report == {"skipped_files": counts, "skipped_names": [f"{shard} record 1"]}
+  assert num_eval_images(data) == data.num_eval_images == 4
+  for _ in data.train.take(3):
+    pass
+
+
+def test_a_tfrecord_whose_mask_does_not_fit_its_image_is_named(tmp_path):
+  image = tf.io.encode_png(np.zeros((10, 12, 3), np.uint8)).numpy()
+  mask = tf.io.encode_png(np.zeros((10, 11, 1), np.uint8)).numpy()
+  common_data.write_tfrecord_shards([common_data.make_example({
+      "image/encoded": common_data.bytes_feature(image),
+      "image/segmentation/class/encoded": common_data.bytes_feature(mask)})], str(tmp_path / "x"), 1)
+  pattern = str(tmp_path / "x-*.tfrecord")
+  cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern)
+  with pytest.raises(DataError, match=r"x-00000-of-00001.tfrecord: record 0: the mask is 10x11, the image "
+                                      r"10x12$"):
+    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+
+
+def split_cfg(tmp_path, train_text, eval_text=b"img003\n", **overrides):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 4)
+  (tmp_path / "train.txt").write_bytes(train_text)
+  (tmp_path / "eval.txt").write_bytes(eval_text)
+  return folder_cfg(images_dir, masks_dir, train_split=str(tmp_path / "train.txt"),
+                    eval_split=str(tmp_path / "eval.txt"), **overrides)
+
+
+def test_split_files_may_start_with_a_bom_and_end_lines_with_crlf(tmp_path):
+  cfg = split_cfg(tmp_path, "\ufeffimg000\r\nimg001 extra words\r\n".encode("utf-8"))
+  assert seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4).num_eval_images == 1
+  assert seg_data.read_split_file(cfg.train_split) == {"img000": 1, "img001": 2}
+
+
+@pytest.mark.parametrize("train_text, expected", [
+    (b"img000\nimg\xe9\n", r"train.txt: not UTF-8 text \(byte 0xe9 at line 2\); save it as UTF-8$"),
+    (b"img000\nimg001\n\nimg000\n", r"train.txt:4: image id 'img000' is listed again \(first at line 1\); "
+                                    "remove one, or set data.duplicates='warn' to keep the first$"),
+    (b"img000\nimg009\n", r"train.txt:2: image id 'img009' has no image in .*/images$"),
+    (b"img000\nimg003\n", r"eval.txt:1: image id 'img003' is in the training split too \(.*train.txt:2\); "
+                          "remove it from one split, or set data.duplicates='warn' to keep both$"),
+    (b"\n\n", "train.txt: split file lists no image ids$"),
+])
+def test_bad_split_files_are_one_line_naming_file_and_line(tmp_path, train_text, expected):
+  with pytest.raises(DataError) as excinfo:
+    seg_data.make_datasets(split_cfg(tmp_path, train_text), 4, seed=0, pad_multiple=4)
+  assert re.search(f"^{tmp_path}/{expected}", one_line(excinfo))
+
+
+def test_a_folder_or_nothing_where_a_split_file_should_be_is_named(tmp_path):
+  cfg = split_cfg(tmp_path, b"img000\n")
+  cfg.train_split = str(tmp_path / "images")
+  with pytest.raises(DataError, match=f"^{tmp_path}/images: a folder, expected a split file$"):
+    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+  cfg.train_split = str(tmp_path / "missing.txt")
+  with pytest.raises(DataError, match=f"^{tmp_path}/missing.txt: no such split file$"):
+    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+
+
+def test_duplicates_warn_keeps_the_first_with_a_warning(tmp_path, caplog):
+  cfg = split_cfg(tmp_path, b"img000\nimg001\nimg000\n", duplicates="warn")
+  with caplog.at_level(logging.WARNING):
+    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+  assert f"{cfg.train_split}:3: image id 'img000' is listed again (first at line 1); keeping the first" \
+      in caplog.text
+  assert [os.path.basename(image) for image, _ in data.train_files] == ["img000.png", "img001.png"]
+  cfg.duplicates = "maybe"
+  with pytest.raises(ConfigError, match="data.duplicates='maybe' is not one of error, warn"):
+    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from common.errors import DataError
+from configs import triplet as triplet_config
 from triplet import data
 
 
@@ -19,11 +20,11 @@ def write_png(path, red, green, size=8):
   Image.fromarray(pixels).save(path)
 
 
-def make_folder(root, counts):
+def make_folder(root, counts, prefix="id"):
   """Identity i (folder idNN) with counts[i] images; red = i, green = image number."""
   for i, count in enumerate(counts):
     for j in range(count):
-      write_png(os.path.join(root, f"id{i:02d}", f"id{i:02d}_{j + 1:04d}.png"), i, j)
+      write_png(os.path.join(root, f"{prefix}{i:02d}", f"{prefix}{i:02d}_{j + 1:04d}.png"), i, j)
   return str(root)
 
 
@@ -134,7 +135,8 @@ def test_too_few_identities_for_a_batch(tmp_path):
   identities = data.list_identities(make_folder(tmp_path, [2, 2]))
   with pytest.raises(DataError) as excinfo:
     data.make_train_dataset(identities, 3, 2, 8, 6, "unit", seed=0)
-  assert error_message(excinfo) == f"{tmp_path}: 2 usable identities, but a batch takes 3 distinct ones"
+  assert error_message(excinfo) == (f"{tmp_path}: 2 usable identities, but a batch takes "
+                                    "data.identities_per_batch=3 distinct ones; lower it or add identities")
 
 
 def write_pairs(path, lines):
@@ -181,7 +183,8 @@ def test_check_pairs_drops_pairs_with_corrupt_images_when_skipping(tmp_path):
       write_pairs(tmp_path / "pairs.txt", ["1\t1", "id00\t1\t2", "id00\t1\tid01\t2"]), root)
   with pytest.raises(DataError, match="id01_0002.png"):
     data.check_pairs(pairs)
-  assert data.check_pairs(pairs, skip_bad_files=True) == pairs[:1]
+  assert data.check_pairs(pairs, skip_bad_files=True) == (pairs[:1],
+                                                          [os.path.join(root, "id01", "id01_0002.png")])
 
 
 def test_synthetic_identities_are_written_once_with_disjoint_eval_identities(tmp_path):
@@ -219,3 +222,111 @@ def test_eval_preprocessing_crops_the_center(tmp_path):
   np.testing.assert_allclose(images.numpy()[0, 0, :, 0] * 255, [20, 30, 40, 50], atol=1e-3)
   # No held-out images (a folder source without eval_dir or pairs_file): an empty dataset.
   assert not list(data.make_eval_dataset([], 8, 4, "unit", 2))
+
+
+# Files that PIL reads but TensorFlow does not, text inputs, overlap, the data report.
+
+
+def truncate(path, num_bytes=16):
+  """Cuts the last bytes of a PNG: PIL still reads it, TensorFlow's decoder does not."""
+  with open(path, "rb") as f:
+    contents = f.read()[:-num_bytes]
+  with open(path, "wb") as f:
+    f.write(contents)
+  with Image.open(path) as img:
+    img.load()
+  return path
+
+
+def folder_config(tmp_path, **overrides):
+  cfg = triplet_config.get_config("smoke").data
+  cfg.source = "folder"
+  cfg.train_dir = make_folder(tmp_path / "train", [3, 3, 3])
+  cfg.eval_dir = make_folder(tmp_path / "eval", [2, 2], prefix="other")
+  for key, value in overrides.items():
+    cfg[key] = value
+  return cfg
+
+
+def load_report(cfg):
+  identities = data.load_train_identities(cfg, 0, None)
+  return data.data_report(identities, data.load_eval_data(cfg, 0, None))
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, caplog, split):
+  cfg = folder_config(tmp_path)
+  folder = os.path.join(cfg.train_dir, "id01") if split == "train" else os.path.join(cfg.eval_dir, "other01")
+  bad = truncate(os.path.join(folder, sorted(os.listdir(folder))[0]))
+  with pytest.raises(DataError) as excinfo:
+    load_report(cfg)
+  assert error_message(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
+  cfg.skip_bad_files = True
+  with caplog.at_level(logging.WARNING):
+    report = load_report(cfg)
+  assert f"skipping: {bad}: does not decode" in caplog.text
+  assert report == {"skipped_files": {"train": int(split == "train"), "eval": int(split == "eval")},
+                    "skipped_names": [bad]}
+
+
+def test_pair_images_and_non_images_skipped_are_in_the_report(tmp_path):
+  cfg = folder_config(tmp_path, skip_bad_files=True)
+  cfg.pairs_file = write_pairs(tmp_path / "pairs.txt", ["1\t1", "other00\t1\t2", "other00\t1\tother01\t2"])
+  bad = truncate(os.path.join(cfg.eval_dir, "other01", "other01_0002.png"))
+  notes = os.path.join(cfg.train_dir, "id00", "notes.txt")
+  with open(notes, "w") as f:
+    f.write("not an image")
+  report = load_report(cfg)
+  assert report == {"skipped_files": {"train": 1, "eval": 1, "pairs": 1},
+                    "skipped_names": [notes, bad, bad]}
+
+
+def test_an_identity_in_train_and_eval_is_named(tmp_path, caplog):
+  cfg = folder_config(tmp_path)
+  os.rename(os.path.join(cfg.eval_dir, "other01"), os.path.join(cfg.eval_dir, "id02"))
+  with pytest.raises(DataError) as excinfo:
+    data.load_eval_data(cfg, 0, None)
+  assert error_message(excinfo) == (
+      f"{cfg.eval_dir}/id02: identity 'id02' is in the training split too ({cfg.train_dir}/id02); "
+      "remove it from one split, or set data.duplicates='warn' to keep both")
+  cfg.duplicates = "warn"
+  with caplog.at_level(logging.WARNING):
+    assert len(data.load_eval_data(cfg, 0, None).paths) == 4
+  assert "kept in both splits" in caplog.text
+
+
+def test_a_short_identity_names_the_keys_to_change(tmp_path):
+  identities = data.list_identities(make_folder(tmp_path, [3, 1]))
+  with pytest.raises(DataError) as excinfo:
+    data.select_identities(identities, 2)
+  message = error_message(excinfo)
+  assert "data.images_per_identity=2" in message
+  assert "set data.small_identities to 'drop' or 'repeat'" in message
+
+
+def test_pairs_file_may_start_with_a_bom(tmp_path):
+  root = make_folder(tmp_path / "images", [2, 2])
+  path = tmp_path / "pairs.txt"
+  path.write_bytes("\ufeff1\t1\r\nid00\t1\t2\r\nid00\t1\tid01\t2\r\n".encode("utf-8"))
+  pairs, num_folds = data.read_pairs(str(path), root)
+  assert num_folds == 1 and [p.is_same for p in pairs] == [True, False]
+
+
+def test_a_bad_pairs_file_is_one_line_naming_it(tmp_path):
+  root = make_folder(tmp_path / "images", [2, 2])
+  path = tmp_path / "pairs.txt"
+  path.write_bytes(b"1\t1\nid00\t1\t2\nid00\t1\tid\xe901\t2\n")
+  with pytest.raises(DataError) as excinfo:
+    data.read_pairs(str(path), root)
+  assert error_message(excinfo) == f"{path}: not UTF-8 text (byte 0xe9 at line 3); save it as UTF-8"
+  with pytest.raises(DataError) as excinfo:
+    data.read_pairs(str(tmp_path / "images"), root)
+  assert error_message(excinfo) == f"{tmp_path}/images: a folder, expected a pairs file"
+  with pytest.raises(DataError) as excinfo:
+    data.read_pairs(str(tmp_path / "none.txt"), root)
+  assert error_message(excinfo) == f"{tmp_path}/none.txt: no such pairs file"
+  path.write_text("1\t1\nid00\t1\t2\nid00\t1\tid01\t7\n")
+  with pytest.raises(DataError) as excinfo:
+    data.read_pairs(str(path), root)
+  assert error_message(excinfo).startswith(f"{path}:3: names image {root}/id01/id01_0007.* which does not "
+                                           "exist (images of the pairs are looked up under data.pairs_dir")

@@ -111,8 +111,12 @@ def bad_inputs(tmp_path):
   cases["corrupt image"] = ("triplet.train", folder_args(corrupt), "person3_0003.png")
   pairs = tmp_path / "pairs.txt"
   pairs.write_text("1\t1\nperson0\t1\t2\nperson0\t1\tperson9\t1\n")
+  training, held_out = tmp_path / "training", tmp_path / "held_out"
+  for i in range(4):
+    write_identity(training, f"trainee{i}", 2)
+    write_identity(held_out, f"person{i}", 2)
   cases["pairs naming a missing image"] = (
-      "triplet.train", folder_args(good, good, pairs), "person9_0001")
+      "triplet.train", folder_args(training, held_out, pairs), "person9_0001")
   cases["unknown loss"] = ("triplet.train", ["--config.loss.name=triplet"], "loss.name")
   cases["other embedding size (evaluate)"] = (
       "triplet.evaluate", [f"--workdir={tmp_path / 'trained'}", "--config.model.embedding_size=16"],

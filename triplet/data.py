@@ -28,8 +28,19 @@ SMALL_IDENTITY_MODES = ("error", "drop", "repeat")
 Identity = collections.namedtuple("Identity", ["name", "directory", "paths"])
 Pair = collections.namedtuple("Pair", ["path_a", "path_b", "is_same"])
 SyntheticData = collections.namedtuple("SyntheticData", ["train_dir", "eval_dir", "pairs_path"])
-# paths/labels: images of held-out identities for retrieval; pairs: verification pairs in folds.
-EvalData = collections.namedtuple("EvalData", ["paths", "labels", "pairs", "num_folds"])
+# paths/labels: images of held-out identities for retrieval; pairs: verification pairs in folds;
+# skipped: {"eval": names, "pairs": names} of the files the checks skipped.
+EvalData = collections.namedtuple("EvalData", ["paths", "labels", "pairs", "num_folds", "skipped"],
+                                  defaults=[{}])
+
+
+class Identities(list):
+  """A list of Identity that also keeps the names of the files the checks skipped, for the data report."""
+
+  def __init__(self, identities=(), skipped=()):
+    super().__init__(identities)
+    self.skipped = list(skipped)
+
 
 # Independent random streams derived from the one seed.
 _IDENTITY_ORDER_STREAM, _IMAGE_PICK_STREAM, _AUGMENT_STREAM = 1, 2, 3
@@ -42,8 +53,8 @@ def list_identities(root, skip_bad_files=False):
   """Identities under `root` (one directory each), sorted by name, with their decodable images.
 
   A file without an image extension, or one that does not decode, is a
-  DataError naming it, or skipped and counted when skip_bad_files. Hidden
-  entries (".DS_Store") are ignored.
+  DataError naming it, or skipped and counted when skip_bad_files (their
+  names in the Identities' `skipped`). Hidden entries (".DS_Store") are ignored.
   """
   if not os.path.isdir(root):
     raise DataError(f"{root}: no such directory")
@@ -60,15 +71,17 @@ def list_identities(root, skip_bad_files=False):
     non_images += [f for f in files if not f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
   if non_images and not skip_bad_files:
     raise DataError(f"{non_images[0]}: not an image (expected one of "
-                    f"{', '.join(common_data.IMAGE_EXTENSIONS)})")
+                    f"{', '.join(common_data.IMAGE_EXTENSIONS)}); data.skip_bad_files=True skips such files")
+  for path in non_images:
+    logging.warning("skipping: %s: not an image", path)
   if non_images:
     logging.warning("skipped %d files that are not images under %s, e.g. %s",
                     len(non_images), root, non_images[0])
   all_paths = [p for name in names for p in candidates[name]]
-  good, _, _ = common_data.check_files(all_paths, common_data.check_image, skip_bad_files)
+  good, _, skipped = common_data.check_files(all_paths, common_data.check_image, skip_bad_files)
   good = set(good)
-  return [Identity(name, os.path.join(root, name), [p for p in candidates[name] if p in good])
-          for name in names]
+  return Identities([Identity(name, os.path.join(root, name), [p for p in candidates[name] if p in good])
+                     for name in names], non_images + skipped)
 
 
 def select_identities(identities, images_per_identity, small_identities="error"):
@@ -83,9 +96,9 @@ def select_identities(identities, images_per_identity, small_identities="error")
   small = [i for i in identities if len(i.paths) < k]
   if small and small_identities == "error":
     raise DataError(
-        f"{small[0].directory}: {len(small[0].paths)} image(s), but a batch takes {k} per identity "
-        f"({len(small)} of {len(identities)} identities are short); set small_identities to 'drop' "
-        "or 'repeat' to use the others")
+        f"{small[0].directory}: {len(small[0].paths)} image(s), but a batch takes "
+        f"data.images_per_identity={k} per identity ({len(small)} of {len(identities)} identities are "
+        "short); set data.small_identities to 'drop' or 'repeat' to use the others")
   if small_identities == "drop":
     kept = [i for i in identities if len(i.paths) >= k]
     if small:
@@ -98,7 +111,7 @@ def select_identities(identities, images_per_identity, small_identities="error")
                       "(%d with no image dropped)", len(small), len(identities), k,
                       len(identities) - len(kept))
   logging.info("%d identities, %d images", len(kept), sum(len(i.paths) for i in kept))
-  return kept
+  return Identities(kept, getattr(identities, "skipped", ()))
 
 
 # LFW pairs.txt.
@@ -112,11 +125,7 @@ def read_pairs(pairs_path, image_root):
   "name idx1 idx2" (same identity) or "name1 idx1 name2 idx2"; image idx of
   name is {image_root}/{name}/{name}_{idx:04d} with an image extension.
   """
-  try:
-    with open(pairs_path) as f:
-      lines = [(n, line.split()) for n, line in enumerate(f, start=1) if line.strip()]
-  except FileNotFoundError:
-    raise DataError(f"{pairs_path}: no such file") from None
+  lines = [(n, line.split()) for n, line in common_data.read_text_lines(pairs_path, "pairs file")]
   if not lines:
     raise DataError(f"{pairs_path}: empty pairs file")
   num_folds, per_fold = _parse_pairs_header(pairs_path, lines[0][1])
@@ -153,20 +162,21 @@ def _pair_image(where, image_root, name, index):
     for candidate in (stem + extension, stem + extension.upper()):
       if os.path.isfile(candidate):
         return candidate
-  raise DataError(f"{where}: names image {stem}.* which does not exist")
+  raise DataError(f"{where}: names image {stem}.* which does not exist (images of the pairs are "
+                  "looked up under data.pairs_dir, or data.eval_dir when that is empty)")
 
 
 def check_pairs(pairs, skip_bad_files=False):
-  """Decodes every image of the pairs; returns the pairs whose images decode (a DataError otherwise)."""
+  """Decodes every image of the pairs; returns (the pairs whose images decode, names of skipped images)."""
   paths = sorted({p for pair in pairs for p in pair[:2]})
-  good, _, num_skipped = common_data.check_files(paths, common_data.check_image, skip_bad_files)
-  if not num_skipped:
-    return pairs
+  good, _, skipped = common_data.check_files(paths, common_data.check_image, skip_bad_files)
+  if not skipped:
+    return pairs, []
   good = set(good)
   kept = [p for p in pairs if p.path_a in good and p.path_b in good]
   logging.warning("dropped %d of %d pairs with an image that does not decode",
                   len(pairs) - len(kept), len(pairs))
-  return kept
+  return kept, skipped
 
 
 # Built-in synthetic identities.
@@ -280,7 +290,12 @@ def load_train_identities(data_config, seed, workdir):
 
 
 def load_eval_data(data_config, seed, workdir):
-  """The held-out identities and verification pairs that the config names."""
+  """The held-out identities and verification pairs that the config names.
+
+  A held-out identity that is a training identity too (by folder name) is a
+  DataError, or with data.duplicates="warn" a warning.
+  """
+  duplicates = common_data.duplicates_mode(data_config)
   if data_config.source == "synthetic":
     synthetic = prepare_synthetic(data_config, seed, workdir)
     eval_dir, pairs_file, pairs_dir = synthetic.eval_dir, synthetic.pairs_path, synthetic.eval_dir
@@ -289,14 +304,30 @@ def load_eval_data(data_config, seed, workdir):
     pairs_dir = data_config.pairs_dir or eval_dir
     if pairs_file and not pairs_dir:
       raise ConfigError(f"data.pairs_file={pairs_file} needs data.pairs_dir or data.eval_dir")
-  paths, labels = [], np.zeros([0], np.int64)
+  paths, labels, skipped = [], np.zeros([0], np.int64), {}
   if eval_dir:
-    paths, labels = identity_labels(list_identities(eval_dir, data_config.skip_bad_files))
+    identities = list_identities(eval_dir, data_config.skip_bad_files)
+    if data_config.source == "folder" and data_config.train_dir:
+      _check_identity_overlap(data_config.train_dir, identities, duplicates)
+    paths, labels = identity_labels(identities)
+    skipped["eval"] = identities.skipped
   pairs, num_folds = [], 0
   if pairs_file:
     pairs, num_folds = read_pairs(pairs_file, pairs_dir)
-    pairs = check_pairs(pairs, data_config.skip_bad_files)
-  return EvalData(paths, labels, pairs, num_folds)
+    pairs, skipped["pairs"] = check_pairs(pairs, data_config.skip_bad_files)
+  return EvalData(paths, labels, pairs, num_folds, skipped)
+
+
+def _check_identity_overlap(train_dir, eval_identities, duplicates):
+  train_names = [n for n in (os.listdir(train_dir) if os.path.isdir(train_dir) else [])
+                 if not n.startswith(".") and os.path.isdir(os.path.join(train_dir, n))]
+  common_data.check_overlap({name: os.path.join(train_dir, name) for name in train_names},
+                            {i.name: i.directory for i in eval_identities}, "identity", duplicates)
+
+
+def data_report(train_identities, eval_data):
+  """What the checks skipped, for metrics.json (common/data.skip_report)."""
+  return common_data.skip_report({"train": getattr(train_identities, "skipped", []), **eval_data.skipped})
 
 
 # tf.data pipelines.
@@ -381,7 +412,8 @@ def make_train_dataset(identities, identities_per_batch, images_per_identity, lo
   p, k = identities_per_batch, images_per_identity
   if len(identities) < p:
     where = os.path.dirname(identities[0].directory) if identities else "the data"
-    raise DataError(f"{where}: {len(identities)} usable identities, but a batch takes {p} distinct ones")
+    raise DataError(f"{where}: {len(identities)} usable identities, but a batch takes "
+                    f"data.identities_per_batch={p} distinct ones; lower it or add identities")
   paths = tf.constant([path for identity in identities for path in identity.paths])
   counts = np.array([len(identity.paths) for identity in identities], np.int32)
   starts = tf.constant(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32))

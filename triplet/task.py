@@ -10,6 +10,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from common import config as config_lib
+from common import data as common_data
 from common import export as export_lib
 from common import normalization
 from common import task as task_lib
@@ -25,25 +27,36 @@ ROC_PNG = "roc.png"
 
 
 def validate_config(config):
+  """The triplet sections' checks (data.py checks the folders and pairs it reads)."""
   data, loss = config.data, config.loss
-  if loss.name not in LOSS_NAMES:
-    raise ConfigError(f"loss.name='{loss.name}' is not one of {', '.join(LOSS_NAMES)}")
-  if data.source not in ("synthetic", "folder"):
-    raise ConfigError(f"data.source='{data.source}' is not one of synthetic, folder")
-  if data.small_identities not in data_lib.SMALL_IDENTITY_MODES:
-    raise ConfigError(f"data.small_identities='{data.small_identities}' is not one of "
-                      f"{', '.join(data_lib.SMALL_IDENTITY_MODES)}")
-  if data.identities_per_batch < 2 or data.images_per_identity < 1:
-    raise ConfigError(f"data.identities_per_batch={data.identities_per_batch} must be >= 2 and "
-                      f"data.images_per_identity={data.images_per_identity} >= 1")
+  config_lib.check_values(config, {
+      "loss.name": config_lib.one_of(*LOSS_NAMES),
+      "loss.margin": config_lib.NON_NEGATIVE,  # below 0 every triplet already satisfies it: nothing trains
+      "loss.squared": config_lib.BOOL,
+      "data.source": config_lib.one_of("synthetic", "folder"),
+      "data.small_identities": config_lib.one_of(*data_lib.SMALL_IDENTITY_MODES),
+      "data.identities_per_batch": config_lib.integer(2),  # negatives need a second identity
+      "data.images_per_identity": config_lib.POSITIVE_INT,
+      "data.skip_bad_files": config_lib.BOOL,
+      "data.normalization": config_lib.one_of(*normalization.SCHEMES),
+      **dict.fromkeys(["data.load_size", "data.crop_size", "data.eval_batch_size",
+                       "data.num_train_identities", "data.num_pair_folds", "data.pairs_per_fold"],
+                      config_lib.POSITIVE_INT),
+      # Verification pairs need two identities with two images each.
+      "data.num_eval_identities": config_lib.integer(2),
+      "data.images_per_synthetic_identity": config_lib.integer(2),
+      "model.embedding_size": config_lib.POSITIVE_INT,
+      "model.widths": config_lib.POSITIVE_INTS,
+      "model.weight_decay": config_lib.NON_NEGATIVE,
+      "model.bn_momentum": config_lib.FRACTION,
+  })
   if loss.name != SOFTMAX and data.images_per_identity < 2:
     raise ConfigError(f"loss.name={loss.name} needs data.images_per_identity >= 2 (anchor and positive)")
   if config.train.batch_size != data.identities_per_batch * data.images_per_identity:
     raise ConfigError(f"train.batch_size={config.train.batch_size} must be data.identities_per_batch "
                       f"x data.images_per_identity = {data.identities_per_batch * data.images_per_identity}")
-  if not 0 < data.crop_size <= data.load_size:
+  if data.crop_size > data.load_size:
     raise ConfigError(f"data.crop_size={data.crop_size} must be in 1..data.load_size={data.load_size}")
-  normalization.get_normalizer(data.normalization)
 
 
 def build_model(config, num_identities):
@@ -126,6 +139,15 @@ def export_model(model, path, data_config):
   return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES])
 
 
+def input_fingerprint(config, identities):
+  """What the checkpointed input position depends on: resuming with other values is refused."""
+  cfg = config.data
+  return {"data.identities_per_batch": cfg.identities_per_batch,
+          "data.images_per_identity": cfg.images_per_identity, "data.load_size": cfg.load_size,
+          "data.crop_size": cfg.crop_size,
+          "train files": common_data.files_fingerprint([p for i in identities for p in i.paths])}
+
+
 def make_task(config, workdir):
   """Checks the config, lists the identities (synthetic ones are written once) -> Task."""
   validate_config(config)
@@ -171,4 +193,6 @@ def make_task(config, workdir):
                 f"{cfg.images_per_identity} images, {cfg.crop_size}x{cfg.crop_size} crops, "
                 f"loss {config.loss.name}"),
       make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, cfg))
-      if softmax else None)
+      if softmax else None,
+      input_fingerprint=input_fingerprint(config, identities),
+      data_report=data_lib.data_report(identities, eval_data))

@@ -38,7 +38,7 @@ def summarize(results, initial):
 
 def train_and_evaluate(config, workdir):
   """Trains, evaluates and exports; returns the final metrics, with "initial_eval" added."""
-  strategy = train_loop.prepare_run(config)
+  strategy = train_loop.prepare_run(config, workdir)
   task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()

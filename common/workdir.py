@@ -1,0 +1,139 @@
+"""The workdir of a run: one run at a time, no leftovers of killed runs, and a history of configs.
+
+Every OS error on the workdir becomes a WorkdirError: one line naming the path
+and what to do. The lock is an flock on <workdir>/LOCK, which the kernel
+releases when its process dies (kill -9 included), so a lock left behind by a
+dead run never blocks the next one.
+"""
+import contextlib
+import datetime
+import errno
+import fcntl
+import glob
+import json
+import os
+import shutil
+import socket
+
+from absl import logging
+
+from common import config as config_lib
+from common.errors import WorkdirError
+
+LOCK_FILENAME = "LOCK"
+CONFIG_HISTORY_DIR = "configs"
+
+
+def os_error_line(path, error):
+  """One line for an OS error on `path`: what happened and what to do."""
+  reason = error.strerror or str(error)
+  if error.errno == errno.ENOSPC:
+    hint = "the disk is full: free some space or choose another --workdir"
+  elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    hint = "it is not writable: make it writable or choose another --workdir"
+  elif error.errno in (errno.EEXIST, errno.ENOTDIR):
+    hint = "a file stands where a folder is needed: choose another --workdir"
+  else:
+    hint = "check the path or choose another --workdir"
+  return f"cannot write {path} ({reason}); {hint}"
+
+
+@contextlib.contextmanager
+def writing(path):
+  """Turns an OSError raised inside the block into a WorkdirError naming `path`."""
+  try:
+    yield
+  except OSError as e:
+    raise WorkdirError(os_error_line(e.filename or path, e)) from None
+
+
+def check_writable(*directories):
+  """Creates each directory and writes a probe file in it, so that a read-only or full folder
+  fails before training rather than at the first checkpoint."""
+  for directory in directories:
+    probe = os.path.join(directory, f".write-test-{os.getpid()}")
+    with writing(directory):
+      os.makedirs(directory, exist_ok=True)
+      with open(probe, "w") as f:
+        f.write("x")
+        f.flush()
+        os.fsync(f.fileno())
+      os.remove(probe)
+
+
+@contextlib.contextmanager
+def locked(workdir):
+  """Holds <workdir>/LOCK for the block; another run holding it is one line naming its process."""
+  path = os.path.join(workdir, LOCK_FILENAME)
+  with writing(workdir):
+    os.makedirs(workdir, exist_ok=True)
+    handle = open(path, "a+")
+  try:
+    try:
+      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      raise WorkdirError(f"{workdir} is in use by another run ({_read_owner(handle) or 'unknown process'}); "
+                         "wait for it to end or stop it, or choose another --workdir") from None
+    previous = _read_owner(handle)
+    if previous:
+      logging.warning("taking over the lock of %s in %s: that run ended without releasing it",
+                      previous, workdir)
+    with writing(path):
+      handle.seek(0)
+      handle.truncate()
+      handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
+      handle.flush()
+    try:
+      yield
+    finally:
+      handle.seek(0)
+      handle.truncate()
+  finally:
+    handle.close()  # releases the flock
+
+
+def _read_owner(handle):
+  handle.seek(0)
+  return handle.read().strip()
+
+
+def remove_leftovers(checkpoint_dir):
+  """Removes the temporary folders of checkpoints that a killed run was writing."""
+  for leftover in glob.glob(os.path.join(checkpoint_dir, "*_temp*")):
+    logging.warning("removing %s, a checkpoint that a killed run did not finish", leftover)
+    with writing(leftover):
+      if os.path.isdir(leftover):
+        shutil.rmtree(leftover)
+      else:
+        os.remove(leftover)
+
+
+def write_run_config(config, workdir):
+  """Logs what changed since the last run's config, then writes config.json / config.txt and a copy
+  that is never overwritten, configs/<start time>.json."""
+  current = config.to_dict()
+  latest_path = os.path.join(workdir, "config.json")
+  if os.path.isfile(latest_path):
+    with open(latest_path) as f:
+      changes = config_diff(json.load(f), json.loads(json.dumps(current, default=str)))
+    if changes:
+      logging.info("config changes since the last run: %s", "; ".join(changes))
+  history = os.path.join(workdir, CONFIG_HISTORY_DIR)
+  stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+  with writing(workdir):
+    config_lib.write_config(config, workdir)
+    os.makedirs(history, exist_ok=True)
+    with open(os.path.join(history, f"{stamp}.json"), "w") as f:
+      json.dump(current, f, indent=2, sort_keys=True, default=str)
+
+
+def config_diff(old, new, prefix=""):
+  """['key: old -> new', ...] between two nested dicts."""
+  changes = []
+  for key in sorted(set(old) | set(new)):
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      changes += config_diff(a, b, f"{prefix}{key}.")
+    elif a != b:
+      changes.append(f"{prefix}{key}: {a!r} -> {b!r}")
+  return changes

@@ -1,0 +1,171 @@
+"""Config values: every preset passes the checks, and every bad value is one line naming its key."""
+import ast
+import importlib
+import math
+
+import pytest
+
+from common import config as config_lib
+from common.errors import ConfigError
+from helpers import make_config
+from helpers import run_python
+
+# trainer -> (configs/<name>.py, the task module whose validate_config checks its own sections).
+TRAINERS = {
+    "segmentation": ("segmentation", "segmentation.task"),
+    "triplet": ("triplet", "triplet.task"),
+    "inception": ("inception_v4", "inception_finetune.task"),
+}
+
+# (key, bad value) for base_config()'s keys, tried on every trainer. None and True get past
+# ml_collections' type check when set in Python, and presets set values without it.
+SHARED = [
+    ("seed", -1), ("seed", 2**32), ("seed", None),
+    ("deterministic", None), ("mixed_precision", None),
+    ("train.batch_size", 0), ("train.num_steps", 0), ("train.num_steps", True),
+    ("train.log_every", 0), ("train.eval_every", -1), ("train.checkpoint_every", 0),
+    ("train.keep_checkpoints", 0), ("train.max_consecutive_nonfinite", 0),
+    ("train.stall_update_ratio", -1.0), ("train.stall_update_ratio", math.nan),
+    ("train.stall_timeout_s", -1.0), ("train.stall_timeout_s", math.inf),
+    ("train.jit_compile", None), ("train.reset_input_pipeline", None),
+    ("optimizer.learning_rate", 1e-50), ("optimizer.learning_rate", 2.0),
+    ("optimizer.learning_rate", math.nan), ("optimizer.allow_extreme_learning_rate", None),
+    ("optimizer.decay_steps", 0), ("optimizer.decay_rate", 0.0), ("optimizer.decay_rate", 1.5),
+    ("optimizer.staircase", None), ("optimizer.clipnorm", -1.0),
+    ("summaries.scalars_every", 0), ("summaries.images_every", 0), ("summaries.histograms_every", 0),
+    ("summaries.max_outputs", -1), ("summaries.histograms", None), ("summaries.bias_histograms", None),
+    ("summaries.activation_histograms", None), ("summaries.activation_stats", None),
+    ("summaries.max_summary_bytes", 0),
+    ("hardware.memory_limit_mb", -1), ("hardware.memory_growth", None),
+]
+
+# (key, bad value) for each trainer's own sections.
+OWN = {
+    "segmentation": [
+        ("data.normalization", "foo"), ("data.skip_bad_files", None), ("data.class_names", ("a", 3)),
+        ("data.npy_pixel_max", 0.0), ("data.patch_size", 30),  # not a multiple of the stride 4
+        ("model.widths", ()), ("model.widths", (-8, 16)), ("model.widths", ("",)),  # "" from the CLI
+        ("model.widths", ("8", 16)), ("model.widths", (8.5, 16)), ("model.widths", (True, 8)),
+        ("model.widths", None), ("model.weight_decay", -1e-4),
+        ("loss.class_weights", (1.0, -1.0, 1.0, 1.0, 1.0)), ("loss.class_weights", (0, 0, 0, 0, 0)),
+        ("loss.class_weights", (1.0, 2.0)), ("loss.class_weights", ("a",) * 5),
+    ],
+    "triplet": [
+        ("loss.name", "triplet"), ("loss.margin", -0.1), ("loss.squared", None),
+        ("data.source", "voc"), ("data.small_identities", "skip"), ("data.identities_per_batch", 1),
+        ("data.images_per_identity", 1),  # a triplet loss needs an anchor and a positive
+        ("data.skip_bad_files", None), ("data.normalization", "foo"), ("data.load_size", 0),
+        ("data.crop_size", 0), ("data.crop_size", 32), ("data.eval_batch_size", 0),
+        ("data.num_train_identities", 0), ("data.num_eval_identities", 1),
+        ("data.images_per_synthetic_identity", 1), ("data.num_pair_folds", 0), ("data.pairs_per_fold", 0),
+        ("model.embedding_size", 0), ("model.widths", ()), ("model.widths", (-4, 8)), ("model.widths", ("",)),
+        ("model.weight_decay", -1.0), ("model.bn_momentum", 1.0), ("model.bn_momentum", 1.5),
+        ("train.batch_size", 9),  # not identities_per_batch x images_per_identity
+    ],
+    "inception": [
+        ("checkpoint_exclude_scopes", "InceptionV4/Logts"), ("trainable_scopes", "Inceptionv4/Logits"),
+        ("ignore_missing_vars", None), ("label_smoothing", 1.0), ("label_smoothing", -0.1),
+        ("finetune.head_steps", -1), ("finetune.head_steps", 61),  # the smoke preset trains 60 steps
+        ("finetune.learning_rate", 1e-50), ("finetune.learning_rate", 0.0),
+        ("finetune.unfreeze_last_blocks", -2), ("finetune.unfreeze_last_blocks", 23),
+        ("finetune.aux_loss_weight", -0.4),
+        ("model.aux_logits", None), ("model.aux_logits", True),  # needs 107 pixels, smoke has 75
+        ("model.dropout_rate", 1.0), ("model.weight_decay", -1.0), ("model.batch_norm_decay", 1.0),
+        ("model.hidden_units", -1), ("model.hidden_l2", -1.0), ("model.hidden_dropout_rate", 1.5),
+        ("model.logits_stddev", -0.01),
+        ("data.image_size", 74), ("data.central_fraction", 1.5), ("data.central_fraction", -0.1),
+        ("data.augment", None), ("data.fast_mode", None), ("data.skip_bad_files", None),
+        ("data.min_class_count", -1), ("data.labels_offset", -1), ("data.synthetic_image_size", 0),
+    ],
+}
+
+# Keys without a bad value above, and why: the data modules check them when they read the data
+# (tests/test_*_data.py), or they are paths and names, checked when the files are opened.
+CHECKED_ELSEWHERE = {
+    "segmentation": {
+        "data.source", "data.num_classes", "data.ignore_label", "data.patches_per_image",
+        "data.shuffle_buffer", "data.eval_batch_size", "data.eval_fraction", "data.duplicates",
+        "data.image_size", "data.num_train_images", "data.num_eval_images",
+        "data.cache_dir", "data.images_dir", "data.masks_dir", "data.train_split", "data.eval_split",
+        "data.voc_root", "data.train_pattern", "data.eval_pattern", "data.train_images",
+        "data.train_labels", "data.eval_images", "data.eval_labels",
+    },
+    "triplet": {
+        "data.duplicates", "data.train_dir", "data.eval_dir", "data.pairs_file", "data.pairs_dir",
+        "data.cache_dir",
+    },
+    "inception": {
+        "data.source", "data.num_classes", "data.eval_batch_size", "data.shuffle_buffer",
+        "data.eval_fraction", "data.oversample_to", "data.duplicates", "data.synthetic_images_per_class",
+        "checkpoint_path", "data.train_dir", "data.eval_dir", "data.csv_path", "data.images_dir",
+        "data.image_extension", "data.train_pattern", "data.eval_pattern", "data.labels_file",
+        "data.cache_dir",
+    },
+}
+
+BAD_VALUES = [(trainer, key, value) for trainer in TRAINERS for key, value in SHARED + OWN[trainer]]
+
+
+def validate(trainer, config):
+  """Both checks, in the order a run makes them (prepare_run, then make_task)."""
+  config_lib.validate_config(config)
+  importlib.import_module(TRAINERS[trainer][1]).validate_config(config)
+
+
+def presets(config_name):
+  """The preset names of a config file, from the error that an unknown one raises (it lists them)."""
+  module = importlib.import_module(f"configs.{config_name}")
+  with pytest.raises(ConfigError) as error:
+    module.get_config("no such preset")
+  return ast.literal_eval(str(error.value).split("choose one of ", 1)[1])
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_every_preset_passes(trainer):
+  config_name = TRAINERS[trainer][0]
+  names = presets(config_name)
+  assert {"default", "smoke", "gtx960m"} <= set(names)
+  for name in names:
+    validate(trainer, make_config(config_name, name))
+
+
+@pytest.mark.parametrize("trainer,key,value", BAD_VALUES,
+                         ids=[f"{t}-{k}={v!r}" for t, k, v in BAD_VALUES])
+def test_bad_value_is_one_line_naming_the_key(trainer, key, value):
+  config = make_config(TRAINERS[trainer][0], "smoke", **{key: value})
+  with pytest.raises(ConfigError) as error:
+    validate(trainer, config)
+  message = str(error.value)
+  assert key in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_every_key_has_a_bad_value_or_is_checked_elsewhere(trainer):
+  keys = set(config_lib.flatten_keys(make_config(TRAINERS[trainer][0], "smoke")))
+  tried = {key for key, _ in SHARED + OWN[trainer]}
+  assert CHECKED_ELSEWHERE[trainer] <= keys
+  assert sorted(keys - tried - CHECKED_ELSEWHERE[trainer]) == []
+
+
+def test_allow_extreme_learning_rate_widens_the_range_but_not_below_zero():
+  overrides = {"optimizer.allow_extreme_learning_rate": True}
+  validate("inception", make_config("inception_v4", "smoke", **overrides, **{
+      "optimizer.learning_rate": 1e-50, "finetune.learning_rate": 2.0}))
+  for key in ("optimizer.learning_rate", "finetune.learning_rate"):
+    with pytest.raises(ConfigError, match=key):
+      validate("inception", make_config("inception_v4", "smoke", **overrides, **{key: -1e-3}))
+
+
+@pytest.mark.parametrize("module,config_file,override,key", [
+    ("triplet.train", "configs/triplet.py", "--config.model.embedding_size=0", "model.embedding_size"),
+    ("segmentation.train", "configs/segmentation.py", "--config.model.widths=", "model.widths"),
+    ("inception_finetune.train", "configs/inception_v4.py", "--config.train.keep_checkpoints=0",
+     "train.keep_checkpoints"),
+])
+def test_bad_value_on_the_command_line_is_one_error_line_and_exit_code_2(
+    tmp_path, module, config_file, override, key):
+  result = run_python(["-m", module, f"--config={config_file}:smoke", override, f"--workdir={tmp_path}"])
+  errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert len(errors) == 1 and key in errors[0], result.stderr[-2000:]
+  assert "Traceback" not in result.stderr
