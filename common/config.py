@@ -49,6 +49,11 @@ def base_config():
   # Resume from a checkpoint whose input pipeline differs (batch size, files...): keep the model,
   # optimizer and step, and start the input from a fresh position.
   config.train.reset_input_pipeline = False
+  # Keep the weights of the best evaluation besides the latest checkpoints, and end the run (and
+  # its export) with them: an evaluation metric's name ("miou", "top1", "verification_accuracy");
+  # "" = end with the last weights.
+  config.train.best_metric = ""
+  config.train.best_mode = "max"  # max | min (a metric where lower is better, a loss)
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.learning_rate = 1e-3
@@ -215,6 +220,8 @@ def validate_config(config):
       "train.stall_timeout_s": NON_NEGATIVE,  # 0 = off
       "train.jit_compile": BOOL,
       "train.reset_input_pipeline": BOOL,
+      "train.best_metric": STRING,
+      "train.best_mode": one_of("max", "min"),
       "optimizer.allow_extreme_learning_rate": BOOL,  # before the learning rate, which it widens
       "optimizer.learning_rate": learning_rate(config.optimizer.allow_extreme_learning_rate),
       "optimizer.decay_rate": number(0, 1, low_open=True),

@@ -15,6 +15,7 @@ the run with a report after `train.max_consecutive_nonfinite` in a row.
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import time
 from typing import Callable, Optional
@@ -94,6 +95,11 @@ def checkpoint_dir(workdir):
   return os.path.join(workdir, "checkpoints")
 
 
+def best_dir(workdir):
+  """Where train.best_metric keeps the weights of the best evaluation, with best.json."""
+  return os.path.join(workdir, "best")
+
+
 def restore_model(model, workdir):
   """Loads the model's weights from the newest checkpoint in workdir (for evaluation); returns its path."""
   latest = tf.train.latest_checkpoint(checkpoint_dir(workdir))
@@ -104,9 +110,13 @@ def restore_model(model, workdir):
 
 
 def _restore(checkpoint, path, partial):
-  """Restores, turning a mismatch (another model or config) into one CheckpointError line."""
+  """Restores, turning a mismatch (another model or config) into one CheckpointError line.
+
+  A checkpoint without a save counter (Checkpoint.write, as the best weights are kept) is read.
+  """
   try:
-    status = checkpoint.restore(path)
+    has_counter = tf.train.load_checkpoint(path).has_tensor("save_counter/.ATTRIBUTES/VARIABLE_VALUE")
+    status = checkpoint.restore(path) if has_counter else checkpoint.read(path)
     if partial:
       status.expect_partial()
     status.assert_existing_objects_matched()
@@ -282,6 +292,7 @@ class _Run:
                                          trainable=False, name="input_fingerprint")
     self.saved_step = None
     self.evaluating = False
+    self.best = _read_best(workdir, config.train.best_metric)
     if config.train.batch_size % strategy.num_replicas_in_sync:
       raise ConfigError(f"train.batch_size={config.train.batch_size} is not divisible by the "
                         f"{strategy.num_replicas_in_sync} replicas")
@@ -361,7 +372,9 @@ def train(config, workdir, *, strategy, model, phases, task):
   summaries and the input fingerprint. The workdir is locked for the run;
   training resumes from its newest checkpoint; the resolved config is written
   after the checkpoint is known to fit; every evaluation follows a save, and
-  the final evaluation's report goes to workdir/eval.
+  the final evaluation's report goes to workdir/eval. With train.best_metric
+  the model ends with the weights of the best evaluation (workdir/best), so
+  that the export saves those; metrics.json names their step under "best".
   """
   with workdir_lib.locked(workdir):
     workdir_lib.check_writable(workdir, checkpoint_dir(workdir))
@@ -383,6 +396,7 @@ def train(config, workdir, *, strategy, model, phases, task):
         _evaluate(run)
       signals.check()
     results = _write_metrics(run, time.time() - start_time, int(run.step) - start_step)
+    _restore_best(run)
     if run.last_evaluation:
       with workdir_lib.writing(os.path.join(workdir, "eval")):
         run.last_evaluation.write(os.path.join(workdir, "eval"))
@@ -533,7 +547,51 @@ def _evaluate(run):
   run.eval_summaries.write_scalars(step, results)
   run.eval_summaries.flush()
   run.last_eval = dict(results, step=step)
+  _keep_best(run, results, step)
   _write_metrics(run, None, None)
+
+
+def _read_best(workdir, metric):
+  """{"metric", "value", "step"} of the best evaluation so far (a resumed run goes on from it), or None."""
+  path = os.path.join(best_dir(workdir), "best.json")
+  if not metric or not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    best = json.load(f)
+  return best if best["metric"] == metric else None
+
+
+def _keep_best(run, results, step):
+  """Writes the model's weights to workdir/best when the evaluation beats the best so far."""
+  metric, mode = run.config.train.best_metric, run.config.train.best_mode
+  if not metric:
+    return
+  if metric not in results:
+    raise ConfigError(f"train.best_metric='{metric}' is not a metric of the evaluation; choose one of "
+                      f"{', '.join(sorted(results))}")
+  value = results[metric]
+  if run.best is not None and not (value > run.best["value"] if mode == "max" else value < run.best["value"]):
+    return
+  run.best = {"metric": metric, "value": value, "step": step}
+  directory = best_dir(run.workdir)
+  staging = directory + ".tmp"
+  with workdir_lib.writing(directory):
+    shutil.rmtree(staging, ignore_errors=True)
+    tf.train.Checkpoint(model=run.model).write(os.path.join(staging, "weights"))
+    write_json(os.path.join(staging, "best.json"), run.best)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.replace(staging, directory)
+  logging.info("best %s so far (%.4f) at step %d: weights kept in %s", metric, value, step, directory)
+
+
+def _restore_best(run):
+  """Loads the kept best weights into the model, so that the export saves them."""
+  if run.best is None:
+    return
+  _restore(tf.train.Checkpoint(model=run.model), os.path.join(best_dir(run.workdir), "weights"),
+           partial=True)
+  logging.info("the model now holds the weights of step %d (best %s %.4f), which the export saves",
+               run.best["step"], run.best["metric"], run.best["value"])
 
 
 def _write_metrics(run, wall_time_s, steps_run):
@@ -545,6 +603,7 @@ def _write_metrics(run, wall_time_s, steps_run):
       "summary_bytes": run.train_summaries.bytes_written() + run.eval_summaries.bytes_written(),
       "summaries_refused": run.train_summaries.refused + run.eval_summaries.refused,
       "data": run.data_report,
+      "best": run.best,
   }
   if wall_time_s is not None:
     payload["wall_time_s"] = wall_time_s

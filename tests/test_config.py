@@ -28,6 +28,7 @@ SHARED = [
     ("train.stall_update_ratio", -1.0), ("train.stall_update_ratio", math.nan),
     ("train.stall_timeout_s", -1.0), ("train.stall_timeout_s", math.inf),
     ("train.jit_compile", None), ("train.reset_input_pipeline", None),
+    ("train.best_metric", None), ("train.best_mode", "highest"),
     ("optimizer.learning_rate", 1e-50), ("optimizer.learning_rate", 2.0),
     ("optimizer.learning_rate", math.nan), ("optimizer.allow_extreme_learning_rate", None),
     ("optimizer.decay_steps", 0), ("optimizer.decay_rate", 0.0), ("optimizer.decay_rate", 1.5),

@@ -18,6 +18,7 @@ import tensorflow as tf
 from common import task as common_task
 from helpers import REPO_ROOT
 from helpers import make_config
+from helpers import read_scalars
 from segmentation import task as task_lib
 from segmentation import train
 
@@ -243,3 +244,21 @@ def test_tensorboard_serves_the_loss_series(tmp_path):
   finally:
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=30)
+
+
+def test_best_miou_weights_are_the_exported_ones(tmp_path):
+  config = smoke_config()
+  config.train.eval_every = 10
+  config.train.best_metric = "miou"
+  results = train.train_and_evaluate(config, str(tmp_path))
+  series = read_scalars(str(tmp_path / "eval"), "miou")
+  best_step = max(series, key=lambda step: (series[step], -step))
+  assert results["best"]["step"] == best_step and results["best"]["value"] == pytest.approx(series[best_step])
+  with open(tmp_path / "metrics.json") as f:
+    assert json.load(f)["best"]["step"] == best_step
+  task = task_lib.make_task(config, str(tmp_path))
+  model = task.build_model()
+  tf.train.Checkpoint(model=model).read(str(tmp_path / "checkpoints" / f"ckpt-{best_step}")).expect_partial()
+  images = next(iter(task.eval_dataset))[0]
+  serve = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
+  np.testing.assert_allclose(serve(images=images)["logits"].numpy(), model(images).numpy(), atol=1e-5)

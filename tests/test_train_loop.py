@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from common import config as config_lib
 from common import train_loop
+from common.errors import ConfigError
 from helpers import loop_task
 from helpers import read_events
 
@@ -70,11 +71,11 @@ def pixel_accuracy(model):
 
 
 def run_training(tmp_path, config, model, loss_fn=pixel_loss_fn, image_summaries_fn=None,
-                 learning_rate=None):
+                 learning_rate=None, metrics_fn=pixel_accuracy):
   strategy = train_loop.prepare_run(config)
   with strategy.scope():
     optimizer = train_loop.make_optimizer(config.optimizer, config.mixed_precision, learning_rate)
-  task = loop_task(patch_dataset(), loss_fn, pixel_accuracy, image_summaries_fn)
+  task = loop_task(patch_dataset(), loss_fn, metrics_fn, image_summaries_fn)
   return train_loop.train(config, str(tmp_path), strategy=strategy, model=model, task=task,
                           phases=[train_loop.Phase("train", config.train.num_steps, optimizer)])
 
@@ -245,3 +246,20 @@ def test_a_tiny_learning_rate_is_reported_as_a_stall(tmp_path, caplog):
   config.optimizer.allow_extreme_learning_rate = True
   run_training(tmp_path, config, build_model(2))
   assert "TRAINING HAS STALLED" in caplog.text
+
+
+def test_best_metric_ends_the_run_with_the_peak_weights(tmp_path):
+  config = tiny_config(steps=6)
+  config.train.eval_every = 2
+  config.train.best_metric = "score"
+  scores = iter([0.2, 0.9, 0.5])  # evaluations at steps 2, 4 and 6: the peak is step 4's
+  model = build_model(2)
+  results = run_training(tmp_path, config, model, metrics_fn=lambda model: {"score": next(scores)})
+  assert results["best"] == {"metric": "score", "value": 0.9, "step": 4}
+  peak = build_model(2)
+  tf.train.Checkpoint(model=peak).read(os.path.join(tmp_path, "checkpoints", "ckpt-4")).expect_partial()
+  for kept, expected in zip(model.variables, peak.variables):
+    np.testing.assert_array_equal(np.array(kept), np.array(expected), err_msg=kept.path)
+  config.train.best_metric = "missing"
+  with pytest.raises(ConfigError, match="train.best_metric='missing'.*score"):
+    run_training(tmp_path / "other", config, build_model(2), metrics_fn=lambda model: {"score": 1.0})
