@@ -553,14 +553,3 @@ def read_image_file(path):
   common_data.check_image(path)
   return common_data.decode_image(tf.io.read_file(path), 3)
 
-
-def voc_palette():
-  """Pascal VOC's color map: 768 ints, the RGB of indices 0..255 (bits of the index spread over RGB)."""
-  palette = []
-  for index in range(256):
-    rgb = [0, 0, 0]
-    for bit in range(8):
-      for channel in range(3):
-        rgb[channel] |= ((index >> (3 * bit + channel)) & 1) << (7 - bit)
-    palette.extend(rgb)
-  return palette

@@ -12,8 +12,12 @@ def confusion_matrix(labels, logits, num_classes, ignore_label):
                                   num_classes=num_classes, dtype=tf.int64)
 
 
-def metrics_from_confusion(confusion):
-  """mIoU over the classes that occur (in labels or predictions), per-class IoU, pixel accuracy."""
+def metrics_from_confusion(confusion, class_names=None):
+  """mIoU over the classes that occur (in labels or predictions), per-class IoU, pixel accuracy.
+
+  Per-class keys have zero-padded ids so that sorted keys (metrics.json, the log) are in class order:
+  iou/01_disk with class names, iou/class_01 without.
+  """
   confusion = np.asarray(confusion, np.float64)
   true_positive = np.diag(confusion)
   union = confusion.sum(0) + confusion.sum(1) - true_positive
@@ -21,13 +25,20 @@ def metrics_from_confusion(confusion):
   iou = np.where(present, true_positive / np.maximum(union, 1), np.nan)
   results = {"miou": float(np.nanmean(iou)) if present.any() else 0.0,
              "pixel_accuracy": float(true_positive.sum() / max(confusion.sum(), 1))}
-  results.update({f"iou/class_{c}": float(v) for c, v in enumerate(iou) if present[c]})
+  width = max(2, len(str(len(iou) - 1)))
+  results.update({f"iou/{_class_key(c, width, class_names)}": float(v)
+                  for c, v in enumerate(iou) if present[c]})
   return results
 
 
-def evaluate(predict_fn, dataset, num_classes, ignore_label):
+def _class_key(class_id, width, class_names):
+  padded = f"{class_id:0{width}d}"
+  return f"{padded}_{class_names[class_id]}" if class_names else f"class_{padded}"
+
+
+def evaluate(predict_fn, dataset, num_classes, ignore_label, class_names=None):
   """mIoU, per-class IoU and pixel accuracy from one confusion matrix over the whole dataset."""
   confusion = np.zeros([num_classes, num_classes], np.int64)
   for images, labels in dataset:
     confusion += confusion_matrix(labels, predict_fn(images), num_classes, ignore_label).numpy()
-  return metrics_from_confusion(confusion)
+  return metrics_from_confusion(confusion, class_names)

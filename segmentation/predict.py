@@ -1,4 +1,4 @@
-"""Writes a color-coded mask PNG (and the raw class ids) for each input image, with an exported SavedModel.
+"""Writes a mask PNG in Pascal VOC's colors (and the raw class ids) per input image, with a SavedModel.
 
 python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg b.png
 """
@@ -22,7 +22,7 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions",
 
 
 def predict_files(saved_model, paths, output_dir):
-  """Writes <name>_mask.png (colors) and <name>_classes.png (class ids) per image; returns the paths."""
+  """Writes <name>_mask.png (VOC palette) and <name>_classes.png (class ids) per image; returns the paths."""
   if not os.path.isdir(saved_model):
     raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
   serve = tf.saved_model.load(saved_model).signatures["serving_default"]
@@ -30,10 +30,13 @@ def predict_files(saved_model, paths, output_dir):
   written = []
   for path in paths:
     image = data_lib.read_image_file(path)
-    class_ids = serve(images=tf.convert_to_tensor(image[None]))["class_ids"][0].numpy()
+    class_ids = serve(images=tf.convert_to_tensor(image[None]))["class_ids"][0].numpy().astype(np.uint8)
     stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
-    Image.fromarray(visualize.colorize(class_ids)).save(stem + "_mask.png")
-    Image.fromarray(class_ids.astype(np.uint8)).save(stem + "_classes.png")
+    Image.fromarray(class_ids).save(stem + "_classes.png")
+    # A palette PNG like VOC's ground-truth masks: the same colors side by side, and its indices are the ids.
+    mask = Image.fromarray(class_ids)
+    mask.putpalette(visualize.voc_palette())
+    mask.save(stem + "_mask.png")
     written.append(stem + "_mask.png")
     logging.info("%s -> %s_mask.png", path, stem)
   return written

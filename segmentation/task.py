@@ -101,7 +101,8 @@ def make_task(config, workdir):
 
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
-    return task_lib.Evaluation(metrics.evaluate(predict, data.eval, data.num_classes, cfg.ignore_label))
+    return task_lib.Evaluation(metrics.evaluate(predict, data.eval, data.num_classes, cfg.ignore_label,
+                                                data.class_names))
 
   return task_lib.Task(
       name="segmentation",

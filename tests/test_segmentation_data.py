@@ -1,4 +1,4 @@
-"""Tests of segmentation/data.py, segmentation/synthetic.py and scripts/convert_to_tfrecord.py."""
+"""Tests of segmentation/data.py, synthetic.py, visualize.py and scripts/convert_to_tfrecord.py."""
 import logging
 import os
 import re
@@ -17,6 +17,7 @@ from common.errors import DataError
 from scripts import convert_to_tfrecord
 from segmentation import data as seg_data
 from segmentation import synthetic
+from segmentation import visualize
 
 # The data fields of configs/segmentation.py, sized for tests.
 DEFAULTS = dict(
@@ -87,7 +88,7 @@ def write_voc(root, num_images=4, size=(20, 16)):
     Image.fromarray(rng.integers(0, 256, size=size + (3,), dtype=np.uint8)).save(
         root / "JPEGImages" / f"2007_{i:06d}.jpg")
     palette_mask = Image.fromarray(mask, mode="P")
-    palette_mask.putpalette(seg_data.voc_palette())
+    palette_mask.putpalette(visualize.voc_palette())
     palette_mask.save(root / "SegmentationClass" / f"2007_{i:06d}.png")
     masks.append(mask)
   ids = [f"2007_{i:06d}" for i in range(num_images)]
@@ -212,6 +213,20 @@ def test_voc_layout_reads_palette_masks_as_class_ids(tmp_path):
   np.testing.assert_array_equal(labels, masks[-1])
   _, train_labels = first_batch(data.train)
   assert set(np.unique(train_labels)) <= set(range(21)) | {255}
+
+
+
+def test_colorize_uses_voc_colors_so_summaries_match_voc_masks():
+  palette = visualize.voc_palette()
+  assert len(palette) == 768
+  # VOC's published colors: background, aeroplane, bicycle, person, and the 255 of object borders.
+  expected = {0: (0, 0, 0), 1: (128, 0, 0), 2: (0, 128, 0), 15: (192, 128, 128), 255: (224, 224, 192)}
+  for class_id, rgb in expected.items():
+    assert tuple(palette[3 * class_id:3 * class_id + 3]) == rgb
+  class_ids = np.arange(256).reshape(2, 8, 16)
+  colors = visualize.colorize(class_ids)
+  assert colors.shape == (2, 8, 16, 3) and colors.dtype == np.uint8
+  np.testing.assert_array_equal(colors.reshape(-1, 3), np.reshape(palette, (256, 3)))
 
 
 def test_voc_through_tfrecords_gives_the_same_labels(tmp_path):

@@ -19,7 +19,10 @@ from common import task as common_task
 from helpers import REPO_ROOT
 from helpers import make_config
 from helpers import read_scalars
+from segmentation import metrics
+from segmentation import synthetic
 from segmentation import task as task_lib
+from segmentation import visualize
 from segmentation import train
 
 
@@ -33,7 +36,12 @@ def test_smoke_run_trains_evaluates_and_exports(tmp_path):
   assert results["step"] == config.train.num_steps
   assert 0.0 <= results["eval"]["miou"] <= 1.0
   with open(tmp_path / "metrics.json") as f:
-    assert json.load(f)["eval"]["miou"] == results["eval"]["miou"]
+    written = json.load(f)["eval"]
+  assert written["miou"] == results["eval"]["miou"]
+  # Per-class keys in class order (metrics.json sorts its keys), named after the synthetic classes.
+  per_class = [key for key in written if key.startswith("iou/")]
+  named = [f"iou/{c:02d}_{name}" for c, name in enumerate(synthetic.CLASS_NAMES)]
+  assert per_class == [key for key in named if key in per_class] and len(per_class) >= 2
   serve = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
   out = serve(images=tf.zeros([2, 37, 45, 3], tf.uint8))  # any size, not a multiple of the stride
   assert out["class_ids"].shape == (2, 37, 45)
@@ -53,10 +61,27 @@ def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_
   predicted = run_cli(["-m", "segmentation.predict", f"--saved_model={tmp_path / 'saved_model'}",
                        f"--output_dir={tmp_path / 'out'}", str(image_path)])
   assert predicted.returncode == 0, predicted.stderr[-3000:]
-  mask = np.array(Image.open(tmp_path / "out" / "photo_mask.png"))
-  assert mask.shape == (21, 30, 3) and mask.dtype == np.uint8
   class_ids = np.array(Image.open(tmp_path / "out" / "photo_classes.png"))
-  assert class_ids.max() < config.data.num_classes
+  assert class_ids.shape == (21, 30) and class_ids.max() < config.data.num_classes
+  # _mask.png is a palette PNG like VOC's masks: its indices are the class ids, class k has VOC's color k.
+  mask = Image.open(tmp_path / "out" / "photo_mask.png")
+  assert mask.mode == "P"
+  np.testing.assert_array_equal(np.array(mask), class_ids)
+  voc = visualize.voc_palette()
+  for k in np.unique(class_ids):
+    assert mask.getpalette()[3 * k:3 * k + 3] == voc[3 * k:3 * k + 3], k
+
+
+
+@pytest.mark.parametrize("num_classes, class_names, first_keys", [
+    (12, None, ["iou/class_00", "iou/class_01", "iou/class_02"]),  # not class_0, class_1, class_10
+    (3, ("background", "disk", "rectangle"), ["iou/00_background", "iou/01_disk", "iou/02_rectangle"]),
+    (101, None, ["iou/class_000", "iou/class_001", "iou/class_002"])])
+def test_per_class_keys_sort_in_class_order(num_classes, class_names, first_keys):
+  confusion = np.eye(num_classes, dtype=np.int64)
+  keys = [key for key in metrics.metrics_from_confusion(confusion, class_names) if key.startswith("iou/")]
+  assert len(keys) == num_classes and keys[:3] == first_keys
+  assert keys == sorted(keys)  # made in class order, so sorting (metrics.json, the log) keeps it
 
 
 def test_resumed_run_continues_from_its_checkpoint(tmp_path):

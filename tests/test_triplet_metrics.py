@@ -69,6 +69,27 @@ def test_val_at_far_over_folds():
   assert 0.5 <= result["val"] < 0.53
 
 
+def test_val_at_far_is_unmeasurable_below_1_over_far_different_pairs_per_fold():
+  # 10 folds of 100 same and 1000 different pairs: a 1e-3 rate is one false accept per fold.
+  is_same = np.tile(np.r_[np.ones(100, bool), np.zeros(1000, bool)], 10)
+  assert metrics.val_at_far_unmeasurable(is_same, num_folds=10) is None
+  # LFW's own 300 different pairs per fold are too few; the fewest of any fold is named.
+  is_same = np.tile(np.r_[np.ones(300, bool), np.zeros(300, bool)], 10)
+  is_same[-1] = True
+  assert metrics.val_at_far_unmeasurable(is_same, num_folds=10) == (
+      "n/a (needs 1000 different-identity pairs per fold, the pairs file has 299)")
+  # One fold is all the pairs.
+  assert metrics.val_at_far_unmeasurable(np.zeros(1000, bool), num_folds=1) is None
+
+
+def test_raw_pixel_embeddings_are_flattened_unit_vectors():
+  images = np.arange(2 * 3 * 3 * 3, dtype=np.float32).reshape(2, 3, 3, 3) - 20
+  embeddings = metrics.raw_pixel_embeddings(images)
+  assert embeddings.shape == (2, 27)
+  np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0)
+  np.testing.assert_allclose(embeddings[1] * np.linalg.norm(images[1]), images[1].ravel(), rtol=1e-6)
+
+
 def test_recall_at_k_leave_one_out():
   embeddings = np.array([[0.0], [3.0], [1.0], [1.1], [10.0], [20.0]])
   labels = np.array([0, 0, 1, 1, 2, 3])  # Labels 2 and 3 occur once: not queries.
@@ -117,6 +138,20 @@ def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
   batches = [np.array([[1.0, 0.0], [0.9, 0.1]]), np.array([[0.0, 1.0], [0.1, 0.9]])]
   results, (far, tar) = metrics.evaluate(lambda x: x, batches, paths, eval_data)
   assert results["recall_at_1"] == results["recall_at_5"] == 1.0
-  assert results["verification_accuracy"] == 1.0 and results["val_at_far_1e-3"] == 1.0
+  assert results["verification_accuracy"] == 1.0
+  # One different pair per fold cannot measure a 1e-3 false accept rate: no number at all.
+  assert "val_at_far_1e-3" not in results and "val_far_achieved" not in results
+  assert metrics.val_at_far_note(eval_data) == (
+      "n/a (needs 1000 different-identity pairs per fold, the pairs file has 1)")
   assert metrics.area_under_curve(far, tar) == 1.0
   assert metrics.evaluate(None, [], [], data.EvalData([], np.zeros([0], np.int64), [], 0)) == ({}, None)
+
+
+def test_score_reports_val_at_far_when_each_fold_has_1000_different_pairs():
+  # Identity a near (1, 0), b near (0, 1); 2 folds of 1 same and 1000 different pairs.
+  embeddings = {"a1": np.array([1.0, 0.0]), "a2": np.array([0.9, 0.1]), "b1": np.array([0.0, 1.0])}
+  fold = [data.Pair("a1", "a2", True)] + [data.Pair("a1", "b1", False)] * 1000
+  eval_data = data.EvalData([], np.zeros([0], np.int64), fold * 2, num_folds=2)
+  results, _ = metrics.score(embeddings, eval_data)
+  assert results["val_at_far_1e-3"] == 1.0 and results["val_far_achieved"] == 0.0
+  assert metrics.val_at_far_note(eval_data) is None

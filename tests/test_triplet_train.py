@@ -14,17 +14,28 @@ import helpers
 from triplet import train
 
 
-def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path):
+def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path, capsys):
   config = helpers.make_config("triplet", "smoke", **{"train.num_steps": 10})
   results = train.train_and_evaluate(config, str(tmp_path))
   assert results["step"] == 10
-  for name in ("recall_at_1", "recall_at_5", "verification_accuracy", "val_at_far_1e-3", "roc_auc"):
+  initial = results["initial_eval"]
+  for name in ("recall_at_1", "recall_at_5", "verification_accuracy", "roc_auc"):
     assert 0.0 <= results["eval"][name] <= 1.0
-    assert name in results["initial_eval"]
+    assert 0.0 <= initial[name] <= 1.0 and 0.0 <= initial["raw_pixels/" + name] <= 1.0
+  summary = capsys.readouterr().out
+  print(summary)
+  for name in ("recall_at_1", "verification_accuracy"):
+    assert (f"{name} {results['eval'][name]:.4f} (untrained {initial[name]:.4f}, "
+            f"raw pixels {initial['raw_pixels/' + name]:.4f})") in summary
   with Image.open(tmp_path / "eval" / "roc.png") as image:  # the final evaluation's report
     assert image.format == "PNG"
   with open(tmp_path / "metrics.json") as f:
-    assert json.load(f)["eval"]["recall_at_1"] == results["eval"]["recall_at_1"]
+    saved = json.load(f)
+  assert saved["eval"]["recall_at_1"] == results["eval"]["recall_at_1"]
+  # 2 folds of 4 different pairs cannot measure a 1e-3 false accept rate: no number, the reason.
+  assert "val_at_far_1e-3" not in results["eval"] and "val_at_far_1e-3" not in initial
+  assert saved["data"]["val_at_far_1e-3"] == (
+      "n/a (needs 1000 different-identity pairs per fold, the pairs file has 4)")
   tags = helpers.scalar_tags(tmp_path / "train")
   assert {"mining/active_fraction", "mining/positive_distance", "mining/negative_distance",
           "embedding_norm", "activations/stem_conv/mean", "activations/stem_conv/variance"} <= tags
@@ -159,6 +170,7 @@ def test_evaluate_cli_and_bad_input(tmp_path):
     assert process.returncode == 0, stderr[-2000:]
     scores[source] = json.loads(stdout[stdout.index("{"):])
   assert scores["checkpoint"].keys() == scores["saved_model"].keys()
+  assert scores["checkpoint"].pop("val_at_far_1e-3").startswith("n/a (needs 1000 ")
   for name, value in scores["checkpoint"].items():
     assert scores["saved_model"][name] == pytest.approx(value, abs=1e-5), name
   for png in (trained / "eval" / "roc.png", tmp_path / "report" / "roc.png"):

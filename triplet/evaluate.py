@@ -3,8 +3,8 @@
 python -m triplet.evaluate --config=configs/triplet.py --workdir=runs/triplet
 python -m triplet.evaluate --config=configs/triplet.py --saved_model=runs/triplet/saved_model
 
-Metrics go to stdout as JSON; the ROC curve of the verification pairs to roc.png in --report_dir
-(default <workdir>/eval).
+Metrics go to stdout as JSON (VAL at FAR 1e-3 as "n/a (...)" when the pairs are too few for it);
+the ROC curve of the verification pairs to roc.png in --report_dir (default <workdir>/eval).
 """
 import json
 import os
@@ -13,6 +13,7 @@ from common import cli
 from common import task as common_task
 from common import train_loop
 from common.errors import ConfigError
+from triplet import metrics
 from triplet import task as task_lib
 
 
@@ -25,7 +26,11 @@ def main(argv):
   task = task_lib.make_task(config, workdir)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
   evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
-  print(json.dumps(evaluation.metrics, indent=2, sort_keys=True))
+  # An unmeasurable VAL@FAR is printed as its n/a text (the metrics themselves stay numbers).
+  results = dict(evaluation.metrics)
+  if metrics.VAL_AT_FAR in task.data_report:
+    results[metrics.VAL_AT_FAR] = task.data_report[metrics.VAL_AT_FAR]
+  print(json.dumps(results, indent=2, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ _RETRIEVAL_BLOCK = 512
 
 # The false accept rate at which VAL is reported (FaceNet's and LFW's 1e-3).
 TARGET_FAR = 1e-3
+VAL_AT_FAR = "val_at_far_1e-3"
 
 
 def pair_distances(embeddings_a, embeddings_b):
@@ -103,6 +104,20 @@ def val_at_far(distances, is_same, far=1e-3, num_folds=10):
                             lambda d, s: threshold_at_far(d, s, far), rates)
   return {"val": float(results[:, 1].mean()), "val_std": float(results[:, 1].std()),
           "far": float(results[:, 2].mean())}
+
+
+def val_at_far_unmeasurable(is_same, num_folds, far=TARGET_FAR):
+  """Why VAL at `far` cannot be measured on these pairs, or None when it can.
+
+  Each fold's false accept rate is a count over that fold's different pairs:
+  with fewer than 1 / far of them no rate as low as `far` can be told apart.
+  """
+  is_same = np.asarray(is_same, bool)
+  needed = int(np.ceil(1 / far - 1e-9))
+  fewest = min(int(np.sum(~is_same[fold])) for fold in split_folds(len(is_same), num_folds))
+  if fewest >= needed:
+    return None
+  return f"n/a (needs {needed} different-identity pairs per fold, the pairs file has {fewest})"
 
 
 def recall_at_k(embeddings, labels, ks=(1, 5)):
@@ -200,15 +215,29 @@ def score(embeddings_by_path, eval_data):
                              np.stack([embeddings_by_path[p.path_b] for p in eval_data.pairs]))
   is_same = np.array([p.is_same for p in eval_data.pairs])
   verification = verification_accuracy(distances, is_same, eval_data.num_folds)
-  val = val_at_far(distances, is_same, TARGET_FAR, eval_data.num_folds)
   results.update({
       "verification_accuracy": verification["accuracy"],
       "verification_accuracy_std": verification["accuracy_std"],
       "verification_threshold": verification["threshold"],
-      "val_at_far_1e-3": val["val"],
-      "val_far_achieved": val["far"],
   })
+  # Left out, not reported as a number, when the folds are too small (val_at_far_unmeasurable).
+  if not val_at_far_unmeasurable(is_same, eval_data.num_folds):
+    val = val_at_far(distances, is_same, TARGET_FAR, eval_data.num_folds)
+    results.update({VAL_AT_FAR: val["val"], "val_far_achieved": val["far"]})
   return results, roc_curve(distances, is_same)
+
+
+def val_at_far_note(eval_data):
+  """The n/a text of val_at_far_unmeasurable for an evaluation set's pairs, or None."""
+  if not eval_data.pairs:
+    return None
+  return val_at_far_unmeasurable([p.is_same for p in eval_data.pairs], eval_data.num_folds)
+
+
+def raw_pixel_embeddings(images):
+  """The baseline "network": normalized crops flattened and L2-normalized."""
+  flat = np.asarray(images, np.float64).reshape(len(images), -1)
+  return flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-12)
 
 
 def evaluate(embed_fn, dataset, paths, eval_data):

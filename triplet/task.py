@@ -7,6 +7,7 @@ SavedModel use the embedding network inside it.
 """
 import os
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -157,6 +158,10 @@ def make_task(config, workdir):
   eval_paths = metrics.images_to_embed(eval_data)
   eval_dataset = data_lib.make_eval_dataset(eval_paths, cfg.load_size, cfg.crop_size,
                                             cfg.normalization, cfg.eval_batch_size)
+  # Said once here rather than at every evaluation; metrics.json keeps it in its data report.
+  val_note = metrics.val_at_far_note(eval_data)
+  if val_note:
+    logging.info("VAL@FAR=1e-3: %s", val_note)
 
   def evaluate(predict, from_saved_model):
     """Retrieval on the held-out identities and verification of the pairs; the report is the ROC."""
@@ -195,4 +200,10 @@ def make_task(config, workdir):
       make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, cfg))
       if softmax else None,
       input_fingerprint=input_fingerprint(config, identities),
-      data_report=data_lib.data_report(identities, eval_data))
+      data_report=dict(data_lib.data_report(identities, eval_data),
+                       **({metrics.VAL_AT_FAR: val_note} if val_note else {})))
+
+
+def raw_pixel_metrics(task):
+  """The evaluation with flattened normalized crops as embeddings: what a network has to beat."""
+  return task.evaluate(metrics.raw_pixel_embeddings, False).metrics

@@ -16,13 +16,18 @@ from common import train_loop
 from triplet import task as task_lib
 
 
+RAW_PIXELS = "raw_pixels/"
+
+
 def evaluate_before_training(task, model, workdir):
-  """The metrics of the untrained model, computed once per workdir (a resumed run reads them back)."""
+  """The baselines, computed once per workdir (a resumed run reads them back): the metrics of the
+  untrained model and, prefixed RAW_PIXELS, of the raw crops as embeddings."""
   path = os.path.join(workdir, "initial_eval.json")
   if not os.path.exists(path):
     if tf.train.latest_checkpoint(train_loop.checkpoint_dir(workdir)):
       return {}
     results = task.make_evaluate_fn(model)().metrics
+    results.update({RAW_PIXELS + k: v for k, v in task_lib.raw_pixel_metrics(task).items()})
     train_loop.write_json(path, results)
     logging.info("before training: %s", "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
   with open(path) as f:
@@ -30,9 +35,15 @@ def evaluate_before_training(task, model, workdir):
 
 
 def summarize(results, initial):
+  """E.g. "recall_at_1 0.94 (untrained 0.27, raw pixels 0.97)" for each headline metric."""
   final = results.get("eval", {})
-  parts = [f"{name} {final[name]:.4f}" + (f" (before training {initial[name]:.4f})" if name in initial else "")
-           for name in ("recall_at_1", "verification_accuracy", "train_accuracy") if name in final]
+  parts = []
+  for name in ("recall_at_1", "verification_accuracy", "train_accuracy"):
+    if name not in final:
+      continue
+    baselines = [f"{label} {initial[key]:.4f}" for label, key in
+                 (("untrained", name), ("raw pixels", RAW_PIXELS + name)) if key in initial]
+    parts.append(f"{name} {final[name]:.4f}" + (f" ({', '.join(baselines)})" if baselines else ""))
   return ", ".join(parts) or "no evaluation data"
 
 
