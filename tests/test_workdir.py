@@ -18,7 +18,6 @@ import tensorflow as tf
 
 from common import config as config_lib
 from common import train_loop
-from common import workdir as workdir_lib
 from common.errors import CheckpointError
 from common.errors import WorkdirError
 from helpers import REPO_ROOT
