@@ -7,6 +7,7 @@ import keras  # pylint: disable=g-import-not-at-top
 import pytest  # pylint: disable=g-import-not-at-top
 
 import helpers  # pylint: disable=g-import-not-at-top
+from scripts import make_real_sets  # pylint: disable=g-import-not-at-top
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +23,11 @@ def float32_policy():
 def run_cli():
   """run_cli(args) runs `python args...` from the repository root as a user would."""
   return helpers.run_python
+
+
+@pytest.fixture(scope="session")
+def real_sets(tmp_path_factory):
+  """A folder with the development real data sets (scripts/make_real_sets.py), written once per session."""
+  root = tmp_path_factory.mktemp("real_sets")
+  make_real_sets.write_all(str(root))
+  return root

@@ -1,0 +1,263 @@
+"""Turns scikit-learn's bundled handwritten digits into each trainer's own input formats.
+
+A development-only real data set: 1,797 8x8 digits written by 43 people (UCI's
+optdigits), shipped inside scikit-learn, so tests and examples can train on
+handwriting nobody here drew without a download. The first 80% of the digits
+feed the training files, the last 20% the evaluation files: no digit image is
+on both sides.
+
+    python scripts/make_real_sets.py --output_dir=real_data
+    python scripts/make_real_sets.py --output_dir=real_data --sets=voc,npy
+
+Sets (under --output_dir):
+  voc/         Pascal VOC layout for segmentation's `voc` source: 128x128 JPEG scenes with one
+               digit 84-112 px tall (3-4x the default 28 px patch) in a random colour on a
+               textured background; palette PNG masks, 0 = background, 1..10 = digits 0..9, 255
+               (ignore) on the digit's anti-aliased rim, as VOC marks object borders;
+               ImageSets/Segmentation/{train,val}.txt; class_names.txt.
+  npy/         segmentation's `npy` source: uint8 [N, 28, 28, 3] patches with one 18-26 px digit
+               and int32 [N, 28, 28] labels (same classes), {train,eval}_{images,labels}.npy.
+  identities/  the triplet trainer's folders: an identity is a two-digit number, each image two
+               handwritten samples side by side (40x40, dark ink on light paper); train/ holds 70
+               numbers x 12 images, eval/ the 30 held-out numbers x 8 images drawn from the
+               evaluation digits, pairs.txt LFW's format over eval/ (10 folds x 30 same and 30
+               different pairs); files <identity>/<identity>_<nnnn>.png.
+  classes/     the Inception trainer's class folders (train/, eval/: digit_<d>/<id>.png, 96x96
+               RGB) and the same training images as images/<id>.png with labels.csv (id,label)
+               for the `csv` source (data.image_extension=.png).
+"""
+import csv
+import os
+import sys
+
+from absl import app
+from absl import flags
+import numpy as np
+from PIL import Image
+
+if __name__ == "__main__":  # run as a script: the repository root holds segmentation/
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from segmentation import visualize  # pylint: disable=g-import-not-at-top
+
+SETS = ("voc", "npy", "identities", "classes")
+CLASS_NAMES = ("background",) + tuple(f"digit_{d}" for d in range(10))
+TRAIN_FRACTION = 0.8
+SEED = 20261130
+
+
+def load_digits():
+  """(train images, train labels, eval images, eval labels): float [N, 8, 8] in [0, 1], int [N]."""
+  from sklearn import datasets  # pylint: disable=g-import-not-at-top  (a dev-only package)
+  digits = datasets.load_digits()
+  images = digits.images.astype(np.float32) / 16.0
+  split = int(len(images) * TRAIN_FRACTION)
+  return images[:split], digits.target[:split], images[split:], digits.target[split:]
+
+
+def ink(digit, size):
+  """An 8x8 digit scaled to size x size: float ink coverage in [0, 1] (smooth strokes)."""
+  image = Image.fromarray(np.uint8(np.round(digit * 255)))
+  return np.asarray(image.resize((size, size), Image.BICUBIC), np.float32).clip(0, 255) / 255.0
+
+
+def background(rng, height, width):
+  """A random colour with a smooth shading and pixel noise: [H, W, 3] float in [0, 255]."""
+  base = rng.uniform(0, 255, 3)
+  coarse = Image.fromarray(np.uint8(rng.uniform(0, 255, (4, 4))))
+  shade = np.asarray(coarse.resize((width, height), Image.BICUBIC), np.float32)[..., None] / 255.0
+  image = base * (0.6 + 0.4 * shade) + rng.normal(0, 8, (height, width, 3))
+  return image.clip(0, 255)
+
+
+def contrasting_colour(rng, colour):
+  """A random colour at least 100 away (Euclidean RGB) from colour."""
+  while True:
+    candidate = rng.uniform(0, 255, 3)
+    if np.linalg.norm(candidate - colour) >= 100:
+      return candidate
+
+
+def paste_digit(rng, digit, label, canvas, size, top, left, mask=None):
+  """Draws a digit of size x size px into canvas (in place); labels its strokes in mask.
+
+  Strokes (coverage > 0.5) get label + 1; the anti-aliased rim (0.25-0.5) the ignore label 255.
+  """
+  coverage = ink(digit, size)
+  region = canvas[top:top + size, left:left + size]
+  colour = contrasting_colour(rng, region.mean(axis=(0, 1)))
+  region[:] = region * (1 - coverage[..., None]) + colour * coverage[..., None]
+  if mask is not None:
+    window = mask[top:top + size, left:left + size]
+    window[coverage > 0.25] = 255
+    window[coverage > 0.5] = label + 1
+
+
+def scene(rng, digit, label, image_size, min_size, max_size):
+  """(uint8 [S, S, 3] image, uint8 [S, S] mask) with one digit at a random size and place."""
+  canvas = background(rng, image_size, image_size)
+  mask = np.zeros((image_size, image_size), np.uint8)
+  size = int(rng.integers(min_size, max_size + 1))
+  top, left = rng.integers(0, image_size - size + 1, 2)
+  paste_digit(rng, digit, label, canvas, size, top, left, mask)
+  return np.uint8(np.round(canvas)), mask
+
+
+def write_voc(out_dir):
+  """Pascal VOC layout of digit scenes; returns the VOC root."""
+  root = os.path.join(out_dir, "voc")
+  train_x, train_y, eval_x, eval_y = load_digits()
+  rng = np.random.default_rng(SEED)
+  palette = visualize.voc_palette()
+  for folder in ("JPEGImages", "SegmentationClass", os.path.join("ImageSets", "Segmentation")):
+    os.makedirs(os.path.join(root, folder), exist_ok=True)
+  for split, digits, labels in (("train", train_x, train_y), ("val", eval_x, eval_y)):
+    ids = []
+    for index, (digit, label) in enumerate(zip(digits, labels)):
+      image_id = f"{split}_{index:04d}"
+      image, mask = scene(rng, digit, label, 128, 84, 112)
+      Image.fromarray(image).save(os.path.join(root, "JPEGImages", f"{image_id}.jpg"), quality=92)
+      mask_png = Image.fromarray(mask, mode="P")
+      mask_png.putpalette(palette)
+      mask_png.save(os.path.join(root, "SegmentationClass", f"{image_id}.png"))
+      ids.append(image_id)
+    _write_lines(os.path.join(root, "ImageSets", "Segmentation", f"{split}.txt"), ids)
+  _write_lines(os.path.join(root, "class_names.txt"), CLASS_NAMES)
+  return root
+
+
+def write_npy(out_dir, train_copies=2):
+  """28x28 patches of one digit each as .npy arrays; returns the folder.
+
+  Each training digit appears train_copies times, at other sizes, places and colours.
+  """
+  root = os.path.join(out_dir, "npy")
+  os.makedirs(root, exist_ok=True)
+  train_x, train_y, eval_x, eval_y = load_digits()
+  rng = np.random.default_rng(SEED + 1)
+  for split, digits, labels, copies in (("train", train_x, train_y, train_copies),
+                                        ("eval", eval_x, eval_y, 1)):
+    patches = [scene(rng, digit, label, 28, 18, 26)
+               for _ in range(copies) for digit, label in zip(digits, labels)]
+    np.save(os.path.join(root, f"{split}_images.npy"), np.stack([p[0] for p in patches]))
+    np.save(os.path.join(root, f"{split}_labels.npy"), np.stack([p[1] for p in patches]).astype(np.int32))
+  return root
+
+
+def _digit_image(rng, digit, size):
+  """A digit filling 3/4 to all of a size x size image, at a random place, on a textured background."""
+  canvas = background(rng, size, size)
+  digit_size = int(rng.integers(size * 3 // 4, size + 1))
+  top, left = rng.integers(0, size - digit_size + 1, 2)
+  paste_digit(rng, digit, 0, canvas, digit_size, top, left)
+  return Image.fromarray(np.uint8(np.round(canvas)))
+
+
+def write_identities(out_dir, image_size=40, images_per_train_identity=12, images_per_eval_identity=8,
+                     num_folds=10, pairs_per_fold=30):
+  """Identity folders and an LFW pairs.txt over held-out identities; returns the folder.
+
+  An identity is a two-digit number, each image of it two handwritten samples side by side, so
+  identities share parts (as faces do) and held-out ones are new combinations: 70 random numbers
+  train, the other 30 are held out and drawn from the evaluation digits only.
+  """
+  root = os.path.join(out_dir, "identities")
+  train_x, train_y, eval_x, eval_y = load_digits()
+  rng = np.random.default_rng(SEED + 2)
+  numbers = rng.permutation(100)
+  counts = {}
+  for split, digits, labels, wanted, per_identity in (
+      ("train", train_x, train_y, sorted(numbers[:70]), images_per_train_identity),
+      ("eval", eval_x, eval_y, sorted(numbers[70:]), images_per_eval_identity)):
+    pools = [digits[labels == d] for d in range(10)]
+    for number in wanted:
+      name = f"number_{number:02d}"
+      os.makedirs(os.path.join(root, split, name), exist_ok=True)
+      for index in range(1, per_identity + 1):
+        _number_image(rng, pools, number, image_size).save(
+            os.path.join(root, split, name, f"{name}_{index:04d}.png"))
+      counts[name] = per_identity
+  eval_names = [f"number_{n:02d}" for n in sorted(numbers[70:])]
+  lines = [f"{num_folds}\t{pairs_per_fold}"]
+  for _ in range(num_folds):
+    for _ in range(pairs_per_fold):
+      name = eval_names[rng.integers(len(eval_names))]
+      first, second = rng.choice(counts[name], 2, replace=False) + 1
+      lines.append(f"{name}\t{first}\t{second}")
+    for _ in range(pairs_per_fold):
+      name_a, name_b = rng.choice(eval_names, 2, replace=False)
+      lines.append(f"{name_a}\t{rng.integers(counts[name_a]) + 1}\t"
+                   f"{name_b}\t{rng.integers(counts[name_b]) + 1}")
+  _write_lines(os.path.join(root, "pairs.txt"), lines)
+  return root
+
+
+def _number_image(rng, pools, number, size):
+  """Two random handwritten samples of number's digits side by side, dark ink on light paper."""
+  paper = rng.uniform(200, 255)
+  coverage = np.zeros((size, size), np.float32)
+  half = size // 2
+  for position, digit in enumerate((number // 10, number % 10)):
+    sample = pools[digit][rng.integers(len(pools[digit]))]
+    digit_size = int(rng.integers(half * 3 // 4, half + 1))
+    top = int(rng.integers(size // 4 - 2, size // 4 + 3))
+    left = position * half + int(rng.integers(0, half - digit_size + 1))
+    window = coverage[top:top + digit_size, left:left + digit_size]
+    np.maximum(window, ink(sample, digit_size), out=window)
+  gray = paper * (1 - coverage) + rng.uniform(0, 60) * coverage + rng.normal(0, 6, (size, size))
+  return Image.fromarray(np.uint8(np.round(gray.clip(0, 255)))).convert("RGB")
+
+
+def write_classes(out_dir, image_size=96):
+  """Class folders (train/, eval/) and images/ + labels.csv of the training images; returns the folder."""
+  root = os.path.join(out_dir, "classes")
+  train_x, train_y, eval_x, eval_y = load_digits()
+  rng = np.random.default_rng(SEED + 3)
+  os.makedirs(os.path.join(root, "images"), exist_ok=True)
+  rows = []
+  for split, digits, labels in (("train", train_x, train_y), ("eval", eval_x, eval_y)):
+    for index, (digit, label) in enumerate(zip(digits, labels)):
+      image_id = f"{split}_{index:04d}"
+      folder = os.path.join(root, split, f"digit_{label}")
+      os.makedirs(folder, exist_ok=True)
+      image = _digit_image(rng, digit, image_size)
+      image.save(os.path.join(folder, f"{image_id}.png"))
+      if split == "train":
+        image.save(os.path.join(root, "images", f"{image_id}.png"))
+        rows.append((image_id, f"digit_{label}"))
+  with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(("id", "label"))
+    writer.writerows(rows)
+  return root
+
+
+WRITERS = {"voc": write_voc, "npy": write_npy, "identities": write_identities, "classes": write_classes}
+
+
+def write_all(out_dir, sets=SETS):
+  """Writes the named sets into out_dir; returns {set name: its folder}."""
+  return {name: WRITERS[name](out_dir) for name in sets}
+
+
+def _write_lines(path, lines):
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("".join(f"{line}\n" for line in lines))
+
+
+def main(argv):
+  del argv
+  unknown = sorted(set(flags.FLAGS.sets) - set(SETS))
+  if unknown:
+    raise app.UsageError(f"--sets: unknown {', '.join(unknown)}; valid: {', '.join(SETS)}")
+  for name, folder in write_all(flags.FLAGS.output_dir, flags.FLAGS.sets).items():
+    print(f"{name}: {folder}")
+
+
+if __name__ == "__main__":
+  # Flags are defined only when run as a script: the tests import this module beside others
+  # that define --output_dir.
+  flags.DEFINE_string("output_dir", None, "Folder to write the sets into (created).")
+  flags.DEFINE_list("sets", list(SETS), f"Which sets to write: {', '.join(SETS)}.")
+  flags.mark_flag_as_required("output_dir")
+  app.run(main)
