@@ -78,6 +78,13 @@ def base_config():
   config.hardware = ml_collections.ConfigDict()
   config.hardware.memory_limit_mb = 0  # >0 emulates a smaller GPU, e.g. 4096 for a GTX 960M
   config.hardware.memory_growth = True
+
+  # tf.distribute. train.batch_size is the global batch: split over the workers, then over each
+  # worker's replicas (logged at start and kept in metrics.json under "distribution").
+  config.distribution = ml_collections.ConfigDict()
+  # auto: MultiWorkerMirroredStrategy when TF_CONFIG is set, MirroredStrategy over several local
+  # GPUs, else one device. one_device | mirrored (all local GPUs) | multi_worker (needs TF_CONFIG).
+  config.distribution.strategy = "auto"
   return config
 
 
@@ -232,6 +239,7 @@ def validate_config(config):
                        "summaries.activation_histograms", "summaries.activation_stats"], BOOL),
       "hardware.memory_limit_mb": NON_NEGATIVE_INT,  # 0 = the whole GPU
       "hardware.memory_growth": BOOL,
+      "distribution.strategy": one_of("auto", "one_device", "mirrored", "multi_worker"),
   })
 
 

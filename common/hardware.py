@@ -17,6 +17,8 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from common.errors import ConfigError
+
 # Kernels in the pip wheels of the supported range, newest release first
 # (tf.sysconfig.get_build_info()['cuda_compute_capabilities']); 2.17 to 2.21
 # share the first list.
@@ -264,14 +266,52 @@ def set_determinism(seed, deterministic):
     tf.config.experimental.enable_op_determinism()
 
 
-def make_strategy():
-  """MultiWorkerMirrored with TF_CONFIG, Mirrored with several GPUs, else default."""
-  if os.environ.get("TF_CONFIG"):
-    logging.info("strategy: MultiWorkerMirroredStrategy (TF_CONFIG is set)")
-    return tf.distribute.MultiWorkerMirroredStrategy()
+def make_strategy(name="auto"):
+  """The tf.distribute strategy of `distribution.strategy` (see common/config.py).
+
+  auto: MultiWorkerMirroredStrategy when TF_CONFIG is set (Kubeflow, scripts/launch_workers.py),
+  MirroredStrategy with several local GPUs, else the default one-device strategy. Create it
+  before any other op: collective ops are configured at start-up.
+  """
+  tf_config = os.environ.get("TF_CONFIG")
+  if name == "multi_worker" and not tf_config:
+    raise ConfigError("distribution.strategy='multi_worker' needs TF_CONFIG (the cluster and this "
+                      "worker's index): start the workers with scripts/launch_workers.py or set it")
+  if tf_config and name in ("one_device", "mirrored"):
+    logging.warning("TF_CONFIG is set but distribution.strategy='%s': this process trains alone", name)
+  if name == "multi_worker" or (name == "auto" and tf_config):
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    logging.info("strategy: MultiWorkerMirroredStrategy, worker %d of %d (0 is the chief), %d replicas in all",
+                 worker_index(strategy), num_workers(strategy), strategy.num_replicas_in_sync)
+    return strategy
   gpus = tf.config.list_logical_devices("GPU")
-  if len(gpus) > 1:
-    logging.info("strategy: MirroredStrategy over %d GPUs", len(gpus))
-    return tf.distribute.MirroredStrategy()
+  if name == "mirrored" or (name == "auto" and len(gpus) > 1):
+    strategy = tf.distribute.MirroredStrategy()
+    logging.info("strategy: MirroredStrategy over %d local devices", strategy.num_replicas_in_sync)
+    return strategy
   logging.info("strategy: default (one device: %s)", gpus[0].name if gpus else "CPU")
   return tf.distribute.get_strategy()
+
+
+def _cluster(strategy):
+  resolver = getattr(strategy, "cluster_resolver", None)
+  return resolver.cluster_spec().as_dict() if resolver is not None else {}
+
+
+def num_workers(strategy):
+  """How many worker processes share the strategy's replicas (1 without TF_CONFIG)."""
+  cluster = _cluster(strategy)
+  return max(1, len(cluster.get("chief", [])) + len(cluster.get("worker", [])))
+
+
+def worker_index(strategy):
+  """This process's index among the workers, a separate chief task first; 0 alone."""
+  if num_workers(strategy) == 1:
+    return 0
+  resolver = strategy.cluster_resolver
+  return resolver.task_id + (1 if resolver.task_type == "worker" and _cluster(strategy).get("chief") else 0)
+
+
+def is_chief(strategy):
+  """The one process that writes the workdir: the chief task, or else worker 0."""
+  return worker_index(strategy) == 0

@@ -83,7 +83,7 @@ def main_logits(outputs):
 def inception_v4(num_classes=1001, input_shape=(299, 299, 3), aux_logits=True,
                  dropout_rate=0.2, weight_decay=4e-5, include_top=True,
                  hidden_units=0, hidden_l2=0.0, hidden_dropout_rate=0.0,
-                 logits_stddev=None, batch_norm_decay=0.9997, name=SCOPE):
+                 logits_stddev=None, batch_norm_decay=0.9997, sync_batch_norm=False, name=SCOPE):
   """Builds Inception V4; outputs logits, or [logits, aux_logits] with the aux head.
 
   Args:
@@ -103,11 +103,13 @@ def inception_v4(num_classes=1001, input_shape=(299, 299, 3), aux_logits=True,
       stddev; None keeps TF-Slim's Glorot uniform.
     batch_norm_decay: momentum of the BatchNorm moving statistics (TF-Slim's
       inception_arg_scope batch_norm_decay).
+    sync_batch_norm: BatchNorm statistics over all replicas' examples in training
+      (the same variables, so checkpoints load either way).
     name: Keras model name.
   """
   _check_input_shape(input_shape, aux_logits and include_top)
   conv = functools.partial(_conv_bn_relu, regularizer=_slim_l2(weight_decay),
-                           batch_norm_decay=batch_norm_decay)
+                           batch_norm_decay=batch_norm_decay, sync_batch_norm=sync_batch_norm)
   inputs = keras.Input(shape=input_shape, name="images")
   net = _stem(inputs, conv)
   for index in range(4):
@@ -155,8 +157,8 @@ def _logits_initializer(stddev):
   return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-def _conv_bn_relu(x, filters, kernel_size, scope, *, regularizer, batch_norm_decay, strides=1,
-                  padding="same"):
+def _conv_bn_relu(x, filters, kernel_size, scope, *, regularizer, batch_norm_decay, sync_batch_norm,
+                  strides=1, padding="same"):
   # Slim's variance_scaling_initializer() default: He, fan-in, truncated normal.
   x = layers.Conv2D(
       filters, kernel_size, strides=strides, padding=padding, use_bias=False,
@@ -164,7 +166,7 @@ def _conv_bn_relu(x, filters, kernel_size, scope, *, regularizer, batch_norm_dec
       kernel_regularizer=regularizer, name=_layer_name(scope))(x)
   x = layers.BatchNormalization(
       momentum=batch_norm_decay, epsilon=_BATCH_NORM_EPSILON, scale=False,
-      name=_layer_name(f"{scope}/BatchNorm"))(x)
+      synchronized=sync_batch_norm, name=_layer_name(f"{scope}/BatchNorm"))(x)
   return layers.ReLU(name=_layer_name(f"{scope}/Relu"))(x)
 
 

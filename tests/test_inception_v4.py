@@ -52,10 +52,15 @@ def test_layers_follow_slims_arg_scope(model_299):
   convs = [layer for layer in model_299.layers if isinstance(layer, keras.layers.Conv2D)]
   norms = [layer for layer in model_299.layers if isinstance(layer, keras.layers.BatchNormalization)]
   assert len(convs) == len(norms) == 151 and not any(conv.use_bias for conv in convs)
-  assert all(bn.momentum == 0.9997 and bn.epsilon == 1e-3 and bn.center and not bn.scale for bn in norms)
-  decayed = iv.inception_v4(input_shape=(75, 75, 3), include_top=False, batch_norm_decay=0.9)
-  assert {layer.momentum for layer in decayed.layers
-          if isinstance(layer, keras.layers.BatchNormalization)} == {0.9}
+  assert all(bn.momentum == 0.9997 and bn.epsilon == 1e-3 and bn.center and not bn.scale
+             and not bn.synchronized for bn in norms)
+  decayed = iv.inception_v4(input_shape=(75, 75, 3), include_top=False, batch_norm_decay=0.9,
+                            sync_batch_norm=True)
+  assert {(layer.momentum, layer.synchronized) for layer in decayed.layers
+          if isinstance(layer, keras.layers.BatchNormalization)} == {(0.9, True)}
+  # Synchronized BatchNorm has the same variables: a TF-Slim checkpoint maps onto it as well.
+  full = {iv.slim_name(variable): list(variable.shape) for variable in model_299.weights}
+  assert all(full[iv.slim_name(variable)] == list(variable.shape) for variable in decayed.weights)
 
 
 def test_end_point_shapes_at_299(model_299):

@@ -1,10 +1,13 @@
-"""Triplet losses against a NumPy reference that enumerates every triplet."""
+"""Triplet losses against a NumPy reference that enumerates every triplet, and mining across replicas."""
 import itertools
+import json
+import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import run_python
 from triplet import losses
 
 MARGIN = 0.2
@@ -213,3 +216,82 @@ def test_losses_accept_float16_embeddings_and_compile():
   assert loss.dtype == tf.float32
   expected = reference_semi_hard(LABELS, x.numpy().astype(np.float64), MARGIN, False)[0]
   np.testing.assert_allclose(float(loss), expected, rtol=1e-3, atol=1e-4)
+
+
+# Two replicas need two logical CPUs, configured before TensorFlow initializes: a fresh process.
+# Every loss, both distances: the replicas' loss (each replica's value) and gradient (each
+# replica's loss / 2, summed, the training loop's convention) against one device on the
+# concatenated batch, and against each replica mining only its own half.
+CROSS_REPLICA_SCRIPT = textwrap.dedent("""
+    import json
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from triplet import losses
+
+    labels, inputs, weights, margin = json.loads(sys.argv[1])
+    labels = tf.constant(labels, tf.int32)
+    inputs = tf.constant(inputs, tf.float32)
+    half = len(inputs) // 2
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+      w = tf.Variable(weights, dtype=tf.float32)
+
+    def embed(x):
+      return tf.math.l2_normalize(tf.matmul(x, w), axis=1)
+
+    parts = strategy.experimental_distribute_values_from_function(
+        lambda context: (inputs[context.replica_id_in_sync_group * half:][:half],
+                         labels[context.replica_id_in_sync_group * half:][:half]))
+    cases = {f"{name} squared={squared}": (loss, squared)
+             for name, loss in losses.LOSSES.items() for squared in (False, True)}
+
+    @tf.function  # one trace for every case: tracing for two replicas dominates the time
+    def replica(x, y):
+      context = tf.distribute.get_replica_context()
+      out = {}
+      for key, (loss, squared) in cases.items():
+        with tf.GradientTape() as tape:
+          value, _ = loss(*losses.gather_replicas(y, embed(x)), margin, squared)
+          scaled = value / context.num_replicas_in_sync
+        out[key] = value, context.all_reduce(tf.distribute.ReduceOp.SUM, tape.gradient(scaled, w))
+      return out
+
+    per_replica = strategy.run(replica, args=parts)
+    results = {}
+    for key, (loss, squared) in cases.items():
+      with tf.GradientTape() as tape:
+        expected, _ = loss(labels, embed(inputs), margin, squared)
+      values, gradients = per_replica[key]
+      local = [float(loss(labels[i:i + half], embed(inputs[i:i + half]), margin, squared)[0])
+               for i in (0, half)]
+      results[key] = {
+          "expected": float(expected), "expected_gradient": tape.gradient(expected, w).numpy().tolist(),
+          "values": [float(v) for v in strategy.experimental_local_results(values)],
+          "gradients": [g.numpy().tolist() for g in strategy.experimental_local_results(gradients)],
+          "local": float(np.mean(local))}
+    print("RESULT", json.dumps(results))
+""")
+
+
+@pytest.mark.slow
+def test_cross_replica_mining_matches_one_device_on_the_concatenated_batch():
+  rng = np.random.default_rng(0)
+  # Every identity has images on both replicas: positives and negatives cross the split.
+  labels = [0, 1, 2, 3, 0, 1, 2, 4, 0, 1, 3, 5, 2, 3, 4, 5]
+  inputs = rng.normal(size=(len(labels), 6))
+  weights = rng.normal(size=(6, 3))
+  result = run_python(["-c", CROSS_REPLICA_SCRIPT,
+                       json.dumps([labels, inputs.tolist(), weights.tolist(), MARGIN])], timeout=300)
+  lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+  assert lines, result.stderr[-3000:]
+  results = json.loads(lines[0][len("RESULT "):])
+  assert len(results) == 2 * len(losses.LOSSES)
+  for key, r in results.items():
+    for value, gradient in zip(r["values"], r["gradients"]):
+      np.testing.assert_allclose(value, r["expected"], rtol=1e-5, err_msg=key)
+      np.testing.assert_allclose(gradient, r["expected_gradient"], rtol=1e-5, atol=1e-7, err_msg=key)
+    assert np.abs(r["expected_gradient"]).max() > 1e-2, key  # not a comparison of zeros
+    assert abs(r["local"] - r["expected"]) > 1e-3, key  # mining within each half is another loss

@@ -31,6 +31,14 @@ def test_embeddings_are_unit_vectors():
   np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
 
 
+def test_sync_batch_norm_synchronizes_every_batch_norm_and_keeps_the_variables():
+  plain, synced = build(), build(sync_batch_norm=True)
+  norms = lambda model: [l for l in model.layers if isinstance(l, keras.layers.BatchNormalization)]
+  assert norms(plain) and not any(layer.synchronized for layer in norms(plain))
+  assert all(layer.synchronized for layer in norms(synced))
+  assert ([(v.path, v.shape) for v in plain.weights] == [(v.path, v.shape) for v in synced.weights])
+
+
 def test_every_convolution_is_followed_by_batch_norm_then_relu():
   layers = build().layers
   convs = [i for i, layer in enumerate(layers) if isinstance(layer, keras.layers.Conv2D)]

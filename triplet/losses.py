@@ -169,6 +169,44 @@ def _batch_all_statistics(distances, positive, negative, active_counts):
   }
 
 
+def gather_replicas(labels, embeddings):
+  """(labels, embeddings) of the global batch, so that each replica mines over all replicas' examples.
+
+  Call in a replica function (strategy.run) of several replicas; every replica
+  then computes the same loss L over the global batch, and the same mining
+  statistics. The training loop (common/train_loop.make_train_step) divides
+  each replica's loss by the number of replicas R and sums the replicas'
+  gradients. That sum is the single-device gradient of L on the concatenated
+  batch when each replica contributes R * dL/d(its own embeddings) and nothing
+  through the others' (their replicas contribute those): so the gathered copies
+  of the other replicas' embeddings are constants here, and this replica's own
+  rows pass their gradient back multiplied by R. (Mining only a replica's own
+  anchors against constants would lose the gradient that an embedding gets as
+  the positive or negative of another replica's anchors.)
+  """
+  context = tf.distribute.get_replica_context()
+  replicas = context.num_replicas_in_sync
+  size = tf.shape(embeddings)[:1]
+  # An op made here runs on this replica's device; all_gather needs one, and under
+  # MultiWorkerMirroredStrategy the replica function's inputs (the labels) have none.
+  labels = tf.reshape(labels, [-1])
+  all_labels, all_embeddings, sizes = context.all_gather([labels, embeddings, size], axis=0)
+  start = tf.reduce_sum(sizes[:context.replica_id_in_sync_group])
+  all_embeddings = tf.stop_gradient(all_embeddings)
+  return all_labels, tf.concat([all_embeddings[:start], _scale_gradient(embeddings, replicas),
+                                all_embeddings[start + size[0]:]], axis=0)
+
+
+def _scale_gradient(x, factor):
+  """x, with the gradient that flows back through it multiplied by factor."""
+
+  @tf.custom_gradient
+  def identity(x):
+    return tf.identity(x), lambda upstream: upstream * factor
+
+  return identity(x)
+
+
 # Config name -> loss(labels, embeddings, margin, squared).
 LOSSES = {
     "batch_hard": batch_hard_triplet_loss,

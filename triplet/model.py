@@ -17,18 +17,21 @@ def _regularizer(weight_decay):
   return keras.regularizers.L2(weight_decay) if weight_decay else None
 
 
-def _conv_bn_relu(x, filters, kernel_size, name, weight_decay, bn_momentum, strides=1):
+def _conv_bn_relu(x, filters, kernel_size, name, weight_decay, bn_momentum, sync_batch_norm,
+                  strides=1):
   """Convolution without bias (BatchNorm's offset replaces it), BatchNorm, then ReLU."""
   x = keras.layers.Conv2D(
       filters, kernel_size, strides=strides, padding="same", use_bias=False,
       kernel_initializer="he_normal", kernel_regularizer=_regularizer(weight_decay),
       name=f"{name}_conv")(x)
-  x = keras.layers.BatchNormalization(momentum=bn_momentum, name=f"{name}_bn")(x)
+  x = keras.layers.BatchNormalization(momentum=bn_momentum, synchronized=sync_batch_norm,
+                                      name=f"{name}_bn")(x)
   return keras.layers.ReLU(name=f"{name}_relu")(x)
 
 
 def build_embedding_model(input_shape=(160, 160, 3), embedding_size=128, widths=(64, 128, 256, 256),
-                          weight_decay=5e-4, bn_momentum=0.99, name="embedding_model"):
+                          weight_decay=5e-4, bn_momentum=0.99, sync_batch_norm=False,
+                          name="embedding_model"):
   """Images (normalized float) -> L2-normalized float32 embeddings [B, embedding_size].
 
   widths[0] is the 3x3 stride-2 stem (followed by a 3x3 stride-2 max pool);
@@ -36,15 +39,18 @@ def build_embedding_model(input_shape=(160, 160, 3), embedding_size=128, widths=
   this width, and a 2x2 max pool except after the last stage. The dense
   projection is named RAW_EMBEDDING (its norm is a training statistic) and
   computes in float32 under mixed precision, like the normalization after it.
+  sync_batch_norm: BatchNorm statistics over all replicas' examples in training.
   """
   if not widths:
     raise ValueError("widths must name at least the stem's width")
   inputs = keras.Input(input_shape, name="images")
-  x = _conv_bn_relu(inputs, widths[0], 3, "stem", weight_decay, bn_momentum, strides=2)
+  x = _conv_bn_relu(inputs, widths[0], 3, "stem", weight_decay, bn_momentum, sync_batch_norm,
+                    strides=2)
   x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
   for i, width in enumerate(widths[1:], start=1):
-    x = _conv_bn_relu(x, widths[i - 1], 1, f"stage{i}_mix", weight_decay, bn_momentum)
-    x = _conv_bn_relu(x, width, 3, f"stage{i}", weight_decay, bn_momentum)
+    x = _conv_bn_relu(x, widths[i - 1], 1, f"stage{i}_mix", weight_decay, bn_momentum,
+                      sync_batch_norm)
+    x = _conv_bn_relu(x, width, 3, f"stage{i}", weight_decay, bn_momentum, sync_batch_norm)
     if i < len(widths) - 1:
       x = keras.layers.MaxPooling2D(2, name=f"stage{i}_pool")(x)
   x = keras.layers.GlobalAveragePooling2D(name="pool")(x)

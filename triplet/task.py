@@ -34,6 +34,7 @@ def validate_config(config):
       "loss.name": config_lib.one_of(*LOSS_NAMES),
       "loss.margin": config_lib.NON_NEGATIVE,  # below 0 every triplet already satisfies it: nothing trains
       "loss.squared": config_lib.BOOL,
+      "loss.cross_replica_mining": config_lib.BOOL,
       "data.source": config_lib.one_of("synthetic", "folder"),
       "data.small_identities": config_lib.one_of(*data_lib.SMALL_IDENTITY_MODES),
       "data.identities_per_batch": config_lib.integer(2),  # negatives need a second identity
@@ -50,6 +51,7 @@ def validate_config(config):
       "model.widths": config_lib.POSITIVE_INTS,
       "model.weight_decay": config_lib.NON_NEGATIVE,
       "model.bn_momentum": config_lib.FRACTION,
+      "model.sync_batch_norm": config_lib.BOOL,
   })
   if loss.name != SOFTMAX and data.images_per_identity < 2:
     raise ConfigError(f"loss.name={loss.name} needs data.images_per_identity >= 2 (anchor and positive)")
@@ -65,7 +67,7 @@ def build_model(config, num_identities):
   crop = config.data.crop_size
   embedding_model = model_lib.build_embedding_model(
       (crop, crop, 3), config.model.embedding_size, tuple(config.model.widths),
-      config.model.weight_decay, config.model.bn_momentum)
+      config.model.weight_decay, config.model.bn_momentum, config.model.sync_batch_norm)
   if config.loss.name == SOFTMAX:
     return model_lib.build_classifier(embedding_model, num_identities, config.model.weight_decay)
   return model_lib.build_training_model(embedding_model)
@@ -76,13 +78,19 @@ def embedding_norm(outputs):
   return tf.reduce_mean(tf.norm(outputs[model_lib.RAW_EMBEDDING], axis=1))
 
 
-def make_triplet_loss_fn(loss_name, margin, squared):
+def make_triplet_loss_fn(loss_name, margin, squared, cross_replica_mining):
+  """cross_replica_mining: with several replicas, mine over the global batch (losses.gather_replicas)."""
   loss = losses.LOSSES[loss_name]
 
   def loss_fn(model, batch, training):
     images, labels = batch
     outputs = model(images, training=training)
-    value, statistics = loss(labels, outputs[model_lib.EMBEDDING], margin, squared)
+    embeddings = outputs[model_lib.EMBEDDING]
+    # Decided while tracing: only a replica function of several replicas gathers (None: cross-replica).
+    context = tf.distribute.get_replica_context()
+    if cross_replica_mining and context is not None and context.num_replicas_in_sync > 1:
+      labels, embeddings = losses.gather_replicas(labels, embeddings)
+    value, statistics = loss(labels, embeddings, margin, squared)
     scalars = {f"mining/{name}": value for name, value in statistics.items()}
     scalars["embedding_norm"] = embedding_norm(outputs)
     return value, scalars
@@ -189,7 +197,8 @@ def make_task(config, workdir):
       make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
       loss_fn=(softmax_loss_fn if softmax else
-               make_triplet_loss_fn(config.loss.name, config.loss.margin, config.loss.squared)),
+               make_triplet_loss_fn(config.loss.name, config.loss.margin, config.loss.squared,
+                                    config.loss.cross_replica_mining)),
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],

@@ -57,7 +57,8 @@ def train_and_evaluate(config, workdir):
   logging.info("model: %d parameters; %s", model.count_params(), task.describe)
   initial = evaluate_before_training(task, model, workdir)
   results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  saved_model = task.export(model, os.path.join(workdir, "saved_model"))
+  with train_loop.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+    saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
   print(f"{summarize(results, initial)} at step {results['step']}\n"
         f"outputs in {os.path.abspath(workdir)}: checkpoints/, train/ and eval/ (TensorBoard), "
         f"metrics.json, initial_eval.json, config.json, {os.path.basename(saved_model)}/", flush=True)
