@@ -63,6 +63,9 @@ class Task:
       resumed run whose fingerprint differs is refused unless train.reset_input_pipeline.
     data_report: what the data checks found, {name: JSON value} (files skipped with
       data.skip_bad_files, say); the loop puts it into metrics.json under "data".
+    calibrate: optional calibrate(model), run on a model before each evaluation of its weights
+      (during training and of a checkpoint; not of a SavedModel, which holds the result):
+      Inception V4 recomputes the BatchNorm statistics of layers trained from random weights.
   """
   name: str
   train_dataset: tf.data.Dataset
@@ -80,6 +83,7 @@ class Task:
   train_files: Optional[list] = None
   input_fingerprint: dict = dataclasses.field(default_factory=dict)
   data_report: dict = dataclasses.field(default_factory=dict)
+  calibrate: Optional[Callable[[keras.Model], None]] = None
 
   def make_evaluate_fn(self, model):
     """evaluate_fn() -> Evaluation of `model`'s current weights, compiled once."""
@@ -87,6 +91,8 @@ class Task:
     extra = self.make_extra_eval_fn(model) if self.make_extra_eval_fn else None
 
     def evaluate_fn():
+      if self.calibrate:
+        self.calibrate(model)
       evaluation = self.evaluate(predict, False)
       if extra:
         evaluation.metrics.update(extra())
@@ -109,6 +115,8 @@ def load_predict_fn(task, workdir, saved_model=None):
     return task.saved_model_predict_fn(tf.saved_model.load(saved_model).signatures["serving_default"])
   model = task.build_model()
   logging.info("evaluating %s", train_loop.restore_model(model, workdir))
+  if task.calibrate:
+    task.calibrate(model)
   return task.make_predict_fn(model)
 
 

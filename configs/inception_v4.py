@@ -45,6 +45,8 @@ def get_config(preset=None):
   config.model.dropout_rate = 0.2  # before PreLogitsFlatten, as in TF-Slim
   config.model.weight_decay = 4e-5  # TF-Slim's l2_regularizer scale on the base's kernels
   config.model.batch_norm_decay = 0.9997  # momentum of the moving statistics, as in TF-Slim
+  # BatchNorm statistics over the global batch, not each replica's part (small per-replica batches).
+  config.model.sync_batch_norm = False
   config.model.hidden_units = 512  # the new head: a ReLU layer, then dropout, then the logits
   config.model.hidden_l2 = 1e-4
   config.model.hidden_dropout_rate = 0.5
@@ -90,6 +92,16 @@ def get_config(preset=None):
           "data.num_classes": 10, "data.image_size": 75, "data.eval_batch_size": 50,
           "data.synthetic_images_per_class": 20, "data.synthetic_image_size": 64,
           "data.min_class_count": 5,
+      },
+      # Random weights, every layer trained from the first step, small 75x75 images of a few
+      # classes (the digits of scripts/make_real_sets.py). Not yet enough steps to learn them: the
+      # training loss is still at chance after 300 steps (at learning rates 1e-4 to 1e-3).
+      "scratch": {
+          "checkpoint_path": "", "trainable_scopes": "", "train.batch_size": 16,
+          "train.num_steps": 300, "finetune.head_steps": 300, "train.log_every": 25,
+          "train.eval_every": 100, "train.checkpoint_every": 100, "optimizer.learning_rate": 1e-3,
+          "model.aux_logits": False, "data.num_classes": 0, "data.image_size": 75,
+          "data.augment": False, "data.eval_batch_size": 50, "data.min_class_count": 5,
       },
       # scripts/memory_estimate.py puts phase 2 at batch 16 at about 2.9 GB and batch 24 at
       # about 4.0 GB (tests/test_inception_train.py checks it); not yet measured on a GTX 960M.

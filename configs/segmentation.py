@@ -2,7 +2,8 @@
 
 Presets: default (the README's main job: synthetic scenes, a few minutes on 2
 CPU cores), smoke (seconds, for tests and benchmarks), gtx960m (sized for a
-4 GB card, mixed precision).
+4 GB card, mixed precision), scenes (whole images whose objects are larger than
+a patch).
 """
 import ml_collections
 
@@ -58,6 +59,11 @@ def get_config(preset=None):
   config.model = ml_collections.ConfigDict()
   config.model.widths = (16, 32, 64)  # one encoder level each; total stride 2**(levels-1)
   config.model.weight_decay = 0.0
+  # Logits at 1/output_stride of the input resolution, upsampled bilinearly: objects many pixels
+  # wide need no full-resolution layers (output_stride**2 times fewer pixels to compute).
+  config.model.output_stride = 1
+  # BatchNorm statistics over the global batch, not each replica's part (small per-replica batches).
+  config.model.sync_batch_norm = False
 
   config.loss = ml_collections.ConfigDict()
   config.loss.class_weights = ()  # () = all 1; else one weight per class
@@ -72,6 +78,15 @@ def get_config(preset=None):
       },
       "gtx960m": {
           "mixed_precision": True, "train.batch_size": 256, "train.num_steps": 2000, "model.widths": (32, 64, 128),
+      },
+      # Whole scenes whose objects are several times the 28 px patch (VOC-like photos): crops that
+      # hold an object, logits at 1/4 resolution and four levels (total stride 32), whose receptive
+      # field spans ~190 px.
+      "scenes": {
+          "data.patch_size": 128, "data.patches_per_image": 1, "data.normalization": "per_image_standardization",
+          "train.batch_size": 16, "train.num_steps": 600, "train.log_every": 50, "train.eval_every": 600,
+          "train.checkpoint_every": 600, "optimizer.learning_rate": 3e-3, "optimizer.decay_steps": 600,
+          "optimizer.decay_rate": 0.05, "model.widths": (32, 64, 128, 128), "model.output_stride": 4,
       },
   }
   return apply_preset(config, presets, preset)

@@ -2,7 +2,8 @@
 
 Presets: default (the FaceNet-style recipe: 182 -> 160 crops, 32 identities x
 4 images, 128-d embeddings; sized for a GPU, slow on a CPU), smoke (seconds,
-for tests), gtx960m (the default with mixed precision, for a 4 GB card).
+for tests), gtx960m (the default with mixed precision, for a 4 GB card), small
+(40 px images, minutes on a CPU).
 """
 import ml_collections
 
@@ -54,6 +55,8 @@ def get_config(preset=None):
   config.model.widths = (64, 128, 256, 256)  # stem, then one 1x1 + 3x3 stage each
   config.model.weight_decay = 5e-4
   config.model.bn_momentum = 0.99
+  # BatchNorm statistics over the global batch, not each replica's part (small per-replica batches).
+  config.model.sync_batch_norm = False
 
   config.loss = ml_collections.ConfigDict()
   # batch_hard | batch_hard_soft | semi_hard | batch_all, or softmax: the same network as a
@@ -61,6 +64,9 @@ def get_config(preset=None):
   config.loss.name = "semi_hard"
   config.loss.margin = 0.2
   config.loss.squared = False  # squared Euclidean distances instead of Euclidean
+  # With several replicas, mine hard positives and negatives over the global batch (all replicas'
+  # embeddings), as one device would; False mines each replica's own part of the batch.
+  config.loss.cross_replica_mining = True
 
   # A batch is P identities x K images; overriding either updates it.
   config.train.batch_size = (config.data.get_ref("identities_per_batch")
@@ -79,6 +85,14 @@ def get_config(preset=None):
       },
       "gtx960m": {
           "mixed_precision": True,
+      },
+      # Small grayscale-like images (40 px, such as the handwritten numbers of
+      # scripts/make_real_sets.py): minutes on a CPU.
+      "small": {
+          "train.num_steps": 800, "train.eval_every": 400, "train.checkpoint_every": 400,
+          "train.log_every": 100, "optimizer.decay_steps": 400,
+          "data.identities_per_batch": 16, "data.images_per_identity": 4, "data.load_size": 40,
+          "data.crop_size": 36, "model.embedding_size": 64, "model.widths": (16, 32, 64),
       },
   }
   return apply_preset(config, presets, preset)

@@ -21,6 +21,7 @@ import csv
 import dataclasses
 import operator
 import os
+from typing import Callable
 
 from absl import logging
 import numpy as np
@@ -60,6 +61,8 @@ class ClassificationData:
     class_names: a name per class id.
     train_counts: training images per class (int64 [num_classes]).
     num_eval: images in one pass of `eval`.
+    new_train: () -> a new pipeline equal to `train`, from its first batch (a second iterator of
+      `train` itself would draw another shuffle).
     data_report: what the checks skipped (common/data.skip_report), for metrics.json.
     train_files: the training images, or TFRecord shards, in order.
   """
@@ -70,6 +73,7 @@ class ClassificationData:
   class_names: tuple
   train_counts: np.ndarray
   num_eval: int
+  new_train: Callable[[], tf.data.Dataset]
   data_report: dict = dataclasses.field(default_factory=dict)
   train_files: list = dataclasses.field(default_factory=list)
 
@@ -101,6 +105,9 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
     write_class_balance(balance_path, train_source.counts, class_names, data_cfg.min_class_count)
     logging.info("training images per class: %s", balance_path)
   train = _make_train(train_source, data_cfg, batch_size, seed)
+  if data_cfg.oversample_to:
+    logging.info("oversampling: classes drawn as though each had at least %d images",
+                 data_cfg.oversample_to)
   logging.info("classification data: %s, %d train and %d eval images, %d classes", data_cfg.source,
                train_source.counts.sum(), eval_source.counts.sum(), num_classes)
   report = common_data.skip_report({"train": train_source.skipped, "eval": eval_source.skipped})
@@ -108,7 +115,8 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
                             raw_eval=_make_eval(eval_source, data_cfg, True), num_classes=num_classes,
                             class_names=tuple(class_names), train_counts=train_source.counts,
                             num_eval=int(eval_source.counts.sum()), data_report=report,
-                            train_files=train_source.files)
+                            train_files=train_source.files,
+                            new_train=lambda: _make_train(train_source, data_cfg, batch_size, seed))
 
 
 def _check_config(cfg):
@@ -486,8 +494,6 @@ def _make_train(source, cfg, batch_size, seed):
       return tf.random.stateless_uniform([], draw_seed) < tf.gather(acceptance, example[1])
 
     records = records.filter(keep)
-    logging.info("oversampling: classes drawn as though each had at least %d images",
-                 cfg.oversample_to)
 
   def preprocess(index, example):
     contents, label = example

@@ -5,6 +5,8 @@ preprocessed (TF-Slim's Inception preprocessing, [-1, 1]); the SavedModel takes
 uint8 images of any size and preprocesses them inside its signature, so its
 evaluation reads the decoded images instead.
 """
+from absl import logging
+import keras
 import tensorflow as tf
 
 from common import config as config_lib
@@ -49,6 +51,7 @@ def validate_config(config):
       "model.dropout_rate": config_lib.FRACTION,
       "model.weight_decay": config_lib.NON_NEGATIVE,
       "model.batch_norm_decay": config_lib.FRACTION,
+      "model.sync_batch_norm": config_lib.BOOL,
       "model.hidden_units": config_lib.NON_NEGATIVE_INT,  # 0 = no hidden layer
       "model.hidden_l2": config_lib.NON_NEGATIVE,
       "model.hidden_dropout_rate": config_lib.FRACTION,
@@ -70,6 +73,11 @@ def validate_config(config):
                       f"{minimum}" + (" with model.aux_logits=True" if config.model.aux_logits else ""))
 
 
+# Training images whose BatchNorm statistics replace the moving ones of layers that started from
+# random weights, before each evaluation (in batches of train.batch_size).
+CALIBRATION_IMAGES = 256
+
+
 def build_model(config, num_classes):
   model_cfg = config.model
   size = config.data.image_size
@@ -78,7 +86,107 @@ def build_model(config, num_classes):
       dropout_rate=model_cfg.dropout_rate, weight_decay=model_cfg.weight_decay,
       hidden_units=model_cfg.hidden_units, hidden_l2=model_cfg.hidden_l2,
       hidden_dropout_rate=model_cfg.hidden_dropout_rate, logits_stddev=model_cfg.logits_stddev,
-      batch_norm_decay=model_cfg.batch_norm_decay)
+      batch_norm_decay=model_cfg.batch_norm_decay, sync_batch_norm=model_cfg.sync_batch_norm)
+
+
+def unfrozen_scopes(config):
+  """The scopes phase 2 trains: trainable_scopes and the last unfreeze_last_blocks blocks; [] = all."""
+  head_scopes = slim_checkpoint.parse_scopes(config.trainable_scopes)
+  blocks = config.finetune.unfreeze_last_blocks
+  if blocks == -1 or not head_scopes:
+    return []
+  return head_scopes + inception_v4.block_scopes(blocks)
+
+
+def fresh_batch_norm_layers(model, config):
+  """The BatchNorm layers that start from random weights rather than the TF-Slim checkpoint.
+
+  All of them without checkpoint_path; else those under checkpoint_exclude_scopes, and with
+  ignore_missing_vars those the checkpoint lacks.
+  """
+  layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+  if not config.checkpoint_path:
+    return layers
+  excluded = slim_checkpoint.parse_scopes(config.checkpoint_exclude_scopes)
+  restorable = None
+  if config.ignore_missing_vars:
+    path = slim_checkpoint.resolve_checkpoint(config.checkpoint_path)
+    restorable = slim_checkpoint.read_variable_shapes(path)[1]
+
+  def fresh(layer):
+    name = inception_v4.slim_name(layer.moving_mean)
+    return slim_checkpoint.in_scopes(name, excluded) or (restorable is not None and name not in restorable)
+
+  return [layer for layer in layers if fresh(layer)]
+
+
+def log_batch_norm_plan(model, config):
+  """Says which BatchNorm layers the evaluation recalibrates and which keep their decay."""
+  fresh = fresh_batch_norm_layers(model, config)
+  total = sum(isinstance(layer, keras.layers.BatchNormalization) for layer in model.layers)
+  decay = config.model.batch_norm_decay
+  if fresh:
+    logging.warning(
+        "BatchNorm: %d of %d layers start from random weights; before every evaluation the moving "
+        "statistics of those being trained are recomputed from %d training images (moving averages "
+        "at decay %s lag the weights by about %.0f steps)%s", len(fresh), total, CALIBRATION_IMAGES,
+        decay, 1 / max(1 - decay, 1e-9),
+        f"; the {total - len(fresh)} restored layers keep decay {decay}" if total > len(fresh) else "")
+  else:
+    logging.info("BatchNorm: all %d layers are restored and keep decay %s", total, decay)
+
+
+def make_batch_norm_calibration(config, new_dataset):
+  """calibrate(model): the BatchNorm layers that started from random weights and are trainable get
+  moving statistics averaged over CALIBRATION_IMAGES training images, as training normalizes them.
+
+  The moving averages of a decay near 1 (TF-Slim's 0.9997) stay near their initial values for
+  thousands of steps while the weights move, so that an evaluation in inference mode scores a
+  network that training never saw. Restored layers (good statistics) and frozen ones are left alone.
+  new_dataset() gives the training batches from the start, so that every calibration (in training
+  and in `evaluate --workdir`) reads the same images.
+  """
+  num_batches = -(-CALIBRATION_IMAGES // config.train.batch_size)
+  traced = {}
+
+  def calibrate(model):
+    if all(layer.trainable for layer in model.layers if layer.weights):
+      # No phase has frozen anything (evaluate --workdir's model): freeze as the last phase does,
+      # so that the layers training calibrated, and only those, are calibrated here.
+      slim_checkpoint.set_trainable_scopes(model, unfrozen_scopes(config))
+    layers = [layer for layer in fresh_batch_norm_layers(model, config) if layer.trainable]
+    if not layers:
+      return
+    statistics = [v for layer in layers for v in (layer.moving_mean, layer.moving_variance)]
+    calibrated = {id(v) for v in statistics}
+    kept = [(v, tf.identity(v)) for v in train_loop.batch_norm_statistics(model)
+            if id(v) not in calibrated]
+    momenta = [layer.momentum for layer in layers]
+    key = (id(model), tuple(layer.trainable for layer in model.layers))
+    for layer in layers:
+      layer.momentum = 0.0  # a training pass then writes its batch's statistics
+      layer.moving_mean.assign(tf.zeros_like(layer.moving_mean))  # no NaN * 0 from a bad state
+      layer.moving_variance.assign(tf.ones_like(layer.moving_variance))
+    try:
+      if key not in traced:
+        @tf.function
+        def accumulate(images, sums):
+          model(images, training=True)
+          return [total + v for total, v in zip(sums, statistics)]
+        traced[key] = accumulate
+      sums = [tf.zeros_like(v) for v in statistics]
+      batches = iter(new_dataset())
+      for _ in range(num_batches):
+        sums = traced[key](next(batches)[0], sums)
+      for variable, total in zip(statistics, sums):
+        variable.assign(total / num_batches)
+    finally:
+      for layer, momentum in zip(layers, momenta):
+        layer.momentum = momentum
+      for variable, value in kept:  # restored trainable layers: no update from these passes
+        variable.assign(value)
+
+  return calibrate
 
 
 def make_phases(config, model, mixed_precision):
@@ -87,11 +195,7 @@ def make_phases(config, model, mixed_precision):
   Frozen layers' BatchNorm runs in inference mode, so their statistics stay those of the checkpoint.
   """
   head_scopes = slim_checkpoint.parse_scopes(config.trainable_scopes)
-  blocks = config.finetune.unfreeze_last_blocks
-  if blocks == -1 or not head_scopes:
-    unfrozen_scopes = []  # everything
-  else:
-    unfrozen_scopes = head_scopes + inception_v4.block_scopes(blocks)
+  last_scopes = unfrozen_scopes(config)
   head = train_loop.Phase(
       "head", config.finetune.head_steps,
       train_loop.make_optimizer(config.optimizer, mixed_precision),
@@ -100,7 +204,7 @@ def make_phases(config, model, mixed_precision):
       "unfrozen", config.train.num_steps - config.finetune.head_steps,
       train_loop.make_optimizer(config.optimizer, mixed_precision,
                                 learning_rate=config.finetune.learning_rate),
-      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, unfrozen_scopes))
+      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, last_scopes))
   return [head, unfrozen]
 
 
@@ -171,7 +275,8 @@ def make_task(config, workdir):
   def evaluate(predict, from_saved_model):
     result = metrics.evaluate(predict, data.raw_eval if from_saved_model else data.eval, data.num_classes)
     return task_lib.Evaluation(
-        result.scalars(), lambda directory: metrics.write_report(result, directory, data.class_names))
+        dict(result.scalars(), **metrics.chance_top1(result.confusion, data.train_counts)),
+        lambda directory: metrics.write_report(result, directory, data.class_names))
 
   return task_lib.Task(
       name="inception_v4",
@@ -189,4 +294,5 @@ def make_task(config, workdir):
                 f"(+{config.finetune.unfreeze_last_blocks} blocks)"),
       image_summaries_fn=image_summaries,
       input_fingerprint=input_fingerprint(config, data),
-      data_report=data.data_report)
+      data_report=data.data_report,
+      calibrate=make_batch_norm_calibration(config, data.new_train))

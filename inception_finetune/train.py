@@ -29,7 +29,8 @@ def choose_start(config, workdir):
                     resume, config.checkpoint_path or "(unset)")
     return None
   if not config.checkpoint_path:
-    logging.warning("STARTING FROM RANDOM WEIGHTS: checkpoint_path is empty")
+    logging.warning("STARTING FROM RANDOM WEIGHTS: checkpoint_path is empty (BatchNorm statistics "
+                    "are recomputed before each evaluation; see the BatchNorm line below)")
     return None
   path = slim_checkpoint.check_slim_checkpoint(config.checkpoint_path)
   logging.info("STARTING FROM the TF-Slim checkpoint %s", path)
@@ -47,9 +48,13 @@ def train_and_evaluate(config, workdir):
       slim_checkpoint.restore(model, slim_path, config.checkpoint_exclude_scopes,
                               config.ignore_missing_vars)
     phases = task.make_phases(model, config.mixed_precision)
+  task_lib.log_batch_norm_plan(model, config)
   results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  saved_model = task.export(model, os.path.join(workdir, "saved_model"))
-  print(f"eval top-1 {results['eval']['top1']:.4f}, top-5 {results['eval']['top5']:.4f} at step "
+  with train_loop.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+    saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
+  scores = results["eval"]
+  print(f"eval top-1 {scores['top1']:.4f} (chance: majority class {scores['chance_top1_majority']:.4f}, "
+        f"uniform {scores['chance_top1_uniform']:.4f}), top-5 {scores['top5']:.4f} at step "
         f"{results['step']}\n"
         f"outputs in {os.path.abspath(workdir)}: checkpoints/, train/ (TensorBoard), eval/ (TensorBoard, "
         f"confusion matrix, per-class accuracy), metrics.json, config.json, labels.txt, "

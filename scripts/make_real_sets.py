@@ -22,8 +22,8 @@ Sets (under --output_dir):
                numbers x 12 images, eval/ the 30 held-out numbers x 8 images drawn from the
                evaluation digits, pairs.txt LFW's format over eval/ (10 folds x 30 same and 30
                different pairs); files <identity>/<identity>_<nnnn>.png.
-  classes/     the Inception trainer's class folders (train/, eval/: digit_<d>/<id>.png, 96x96
-               RGB) and the same training images as images/<id>.png with labels.csv (id,label)
+  classes/     the Inception trainer's class folders (train/, eval/: digit_<d>/<id>.png, 96x96,
+               dark ink on light paper, random size and place) and the same training images as images/<id>.png with labels.csv (id,label)
                for the `csv` source (data.image_extension=.png).
 """
 import csv
@@ -144,13 +144,20 @@ def write_npy(out_dir, train_copies=2):
   return root
 
 
+def _on_paper(rng, coverage):
+  """Dark ink of the given coverage on light paper, as handwriting is scanned (RGB)."""
+  paper = rng.uniform(200, 255)
+  gray = paper * (1 - coverage) + rng.uniform(0, 60) * coverage + rng.normal(0, 6, coverage.shape)
+  return Image.fromarray(np.uint8(np.round(gray.clip(0, 255)))).convert("RGB")
+
+
 def _digit_image(rng, digit, size):
-  """A digit filling 3/4 to all of a size x size image, at a random place, on a textured background."""
-  canvas = background(rng, size, size)
+  """A digit filling 3/4 to all of a size x size image, at a random place, on paper."""
+  coverage = np.zeros((size, size), np.float32)
   digit_size = int(rng.integers(size * 3 // 4, size + 1))
   top, left = rng.integers(0, size - digit_size + 1, 2)
-  paste_digit(rng, digit, 0, canvas, digit_size, top, left)
-  return Image.fromarray(np.uint8(np.round(canvas)))
+  coverage[top:top + digit_size, left:left + digit_size] = ink(digit, digit_size)
+  return _on_paper(rng, coverage)
 
 
 def write_identities(out_dir, image_size=40, images_per_train_identity=12, images_per_eval_identity=8,
@@ -193,8 +200,7 @@ def write_identities(out_dir, image_size=40, images_per_train_identity=12, image
 
 
 def _number_image(rng, pools, number, size):
-  """Two random handwritten samples of number's digits side by side, dark ink on light paper."""
-  paper = rng.uniform(200, 255)
+  """Two random handwritten samples of number's digits side by side, on paper."""
   coverage = np.zeros((size, size), np.float32)
   half = size // 2
   for position, digit in enumerate((number // 10, number % 10)):
@@ -204,8 +210,7 @@ def _number_image(rng, pools, number, size):
     left = position * half + int(rng.integers(0, half - digit_size + 1))
     window = coverage[top:top + digit_size, left:left + digit_size]
     np.maximum(window, ink(sample, digit_size), out=window)
-  gray = paper * (1 - coverage) + rng.uniform(0, 60) * coverage + rng.normal(0, 6, (size, size))
-  return Image.fromarray(np.uint8(np.round(gray.clip(0, 255)))).convert("RGB")
+  return _on_paper(rng, coverage)
 
 
 def write_classes(out_dir, image_size=96):

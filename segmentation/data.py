@@ -38,6 +38,8 @@ VOC_CLASS_NAMES = (
     "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
     "tvmonitor")
 VOC_SPLITS = ("train", "val")
+# Optional, in a VOC root: one class name per line, class 0 first (VOC's own 21 names are known).
+VOC_CLASS_NAMES_FILE = "class_names.txt"
 
 # Keys of the TFRecords written by scripts/convert_to_tfrecord.py (DeepLab's names).
 TFRECORD_FEATURES = {
@@ -131,13 +133,27 @@ def _check_config(cfg):
 
 
 def _class_names(cfg):
+  """data.class_names; else the source's: synthetic, a VOC root's class_names.txt, VOC's 21; else None."""
   if cfg.class_names:
     return tuple(cfg.class_names)
   if cfg.source == "synthetic":
     return synthetic.CLASS_NAMES[:cfg.num_classes]
-  if cfg.source == "voc" and cfg.num_classes == len(VOC_CLASS_NAMES):
-    return VOC_CLASS_NAMES
+  if cfg.source == "voc":
+    path = os.path.join(cfg.voc_root, VOC_CLASS_NAMES_FILE)
+    if os.path.exists(path):
+      return read_class_names(path, cfg.num_classes)
+    if cfg.num_classes == len(VOC_CLASS_NAMES):
+      return VOC_CLASS_NAMES
   return None
+
+
+def read_class_names(path, num_classes):
+  """The names of a file of one class name per line, in class id order (0 first)."""
+  names = tuple(line.strip() for _, line in common_data.read_text_lines(path, "class names file"))
+  if len(names) != num_classes:
+    raise DataError(f"{path}: {len(names)} class names for data.num_classes={num_classes}; "
+                    "give one name per class, one per line")
+  return names
 
 
 def _make_sources(cfg, seed, workdir):

@@ -16,15 +16,23 @@ def metrics_from_confusion(confusion, class_names=None):
   """mIoU over the classes that occur (in labels or predictions), per-class IoU, pixel accuracy.
 
   Per-class keys have zero-padded ids so that sorted keys (metrics.json, the log) are in class order:
-  iou/01_disk with class names, iou/class_01 without.
+  iou/01_disk with class names, iou/class_01 without. The chance baseline beside them,
+  chance_miou and chance_pixel_accuracy, is what predicting the evaluation set's most frequent
+  class everywhere would score: a model must beat it to have learned anything beyond the background.
   """
   confusion = np.asarray(confusion, np.float64)
   true_positive = np.diag(confusion)
   union = confusion.sum(0) + confusion.sum(1) - true_positive
   present = union > 0
   iou = np.where(present, true_positive / np.maximum(union, 1), np.nan)
+  label_counts = confusion.sum(1)
+  total = max(confusion.sum(), 1)
+  # All pixels predicted as the majority class: its IoU is its share, every other labelled class 0.
+  majority_share = label_counts.max() / total
   results = {"miou": float(np.nanmean(iou)) if present.any() else 0.0,
-             "pixel_accuracy": float(true_positive.sum() / max(confusion.sum(), 1))}
+             "pixel_accuracy": float(true_positive.sum() / total),
+             "chance_miou": float(majority_share / max(np.count_nonzero(label_counts), 1)),
+             "chance_pixel_accuracy": float(majority_share)}
   width = max(2, len(str(len(iou) - 1)))
   results.update({f"iou/{_class_key(c, width, class_names)}": float(v)
                   for c, v in enumerate(iou) if present[c]})

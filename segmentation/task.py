@@ -29,13 +29,16 @@ def validate_config(config):
       "data.npy_pixel_max": config_lib.POSITIVE,
       "model.widths": config_lib.POSITIVE_INTS,
       "model.weight_decay": config_lib.NON_NEGATIVE,
+      "model.sync_batch_norm": config_lib.BOOL,
+      "model.output_stride": config_lib.POSITIVE_INT,
       "loss.class_weights": config_lib.sequence_of(config_lib.NON_NEGATIVE,
                                                    "a sequence of numbers >= 0 (() = all 1)"),
   })
-  stride = model_lib.total_stride(config.model.widths)
+  stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
   if config.data.patch_size % stride:
     raise ConfigError(f"data.patch_size={config.data.patch_size} is not divisible by the model's total "
-                      f"stride {stride} (model.widths={tuple(config.model.widths)})")
+                      f"stride {stride} (model.widths={tuple(config.model.widths)}, "
+                      f"model.output_stride={config.model.output_stride})")
   weights = tuple(config.loss.class_weights)
   if weights and len(weights) != config.data.num_classes:
     raise ConfigError(f"loss.class_weights has {len(weights)} entries, data.num_classes is "
@@ -96,7 +99,7 @@ def make_task(config, workdir):
   """Checks the config, builds the datasets (synthetic scenes are cached in workdir) -> Task."""
   validate_config(config)
   cfg = config.data
-  pad_multiple = model_lib.total_stride(config.model.widths)
+  pad_multiple = model_lib.total_stride(config.model.widths, config.model.output_stride)
   data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, pad_multiple, workdir)
 
   def evaluate(predict, from_saved_model):
@@ -109,7 +112,8 @@ def make_task(config, workdir):
       train_dataset=data.train,
       eval_dataset=data.eval,
       build_model=lambda: model_lib.build_model(data.num_classes, tuple(config.model.widths),
-                                                config.model.weight_decay, cfg.normalization),
+                                                config.model.weight_decay, cfg.normalization,
+                                                config.model.sync_batch_norm, config.model.output_stride),
       make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
       loss_fn=make_loss_fn(cfg.ignore_label, tuple(config.loss.class_weights) or None),

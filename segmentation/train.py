@@ -17,9 +17,12 @@ def train_and_evaluate(config, workdir):
     model = task.build_model()
     phases = task.make_phases(model, config.mixed_precision)
   results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  saved_model = task.export(model, os.path.join(workdir, "saved_model"))
-  print(f"validation mIoU {results['eval']['miou']:.4f}, pixel accuracy "
-        f"{results['eval']['pixel_accuracy']:.4f} at step {results['step']}\n"
+  with train_loop.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+    saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
+  scores = results["eval"]
+  print(f"validation mIoU {scores['miou']:.4f} (all-majority-class {scores['chance_miou']:.4f}), pixel "
+        f"accuracy {scores['pixel_accuracy']:.4f} (all-majority-class {scores['chance_pixel_accuracy']:.4f}) "
+        f"at step {results['step']}\n"
         f"outputs in {os.path.abspath(workdir)}: checkpoints/, train/ and eval/ (TensorBoard), "
         f"metrics.json, config.json, {os.path.basename(saved_model)}/", flush=True)
   return results

@@ -1,14 +1,24 @@
-"""Helpers the test modules share: configs with overrides, TensorBoard events, subprocess runs."""
+"""Helpers the test modules share: configs with overrides, TensorBoard events, subprocess runs and
+servers, stand-in inputs (a VOC folder, a TF-Slim Inception V4 checkpoint)."""
 import glob
 import importlib
+import json
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 
+import numpy as np
+from PIL import Image
 import tensorflow as tf
 from tensorboard.compat.proto import event_pb2
 
 from common import task as task_lib
+from inception_finetune import inception_v4
+from inception_finetune import slim_checkpoint
+from segmentation import visualize
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,6 +61,58 @@ def run_python(args, cwd=REPO_ROOT, timeout=900, env=None):
   env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="2")
   return subprocess.run([sys.executable] + list(args), cwd=cwd, capture_output=True, text=True,
                         timeout=timeout, env=env)
+
+
+def free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def wait_for_json(url, ready, timeout_s):
+  """The JSON at url once ready(answer) holds (a server starting up), or the last answer (None if
+  it never answered) after timeout_s."""
+  answer = None
+  deadline = time.time() + timeout_s
+  while time.time() < deadline:
+    try:
+      with urllib.request.urlopen(url, timeout=5) as response:
+        answer = json.load(response)
+      if ready(answer):
+        break
+    except OSError:
+      pass
+    time.sleep(1)
+  return answer
+
+
+def write_slim_inception_checkpoint(path, seed=1):
+  """A stand-in for the published TF-Slim Inception V4 checkpoint: its names and shapes (1001
+  classes, without the aux head), random weights. Returns the path."""
+  tf.keras.utils.set_random_seed(seed)
+  source = inception_v4.inception_v4(num_classes=1001, input_shape=(75, 75, 3), aux_logits=False)
+  return slim_checkpoint.write_slim_checkpoint(source, path)
+
+
+def write_voc(root, num_images=4, size=(20, 16)):
+  """A Pascal VOC layout with JPEG images and palette masks; returns the masks' indices."""
+  rng = np.random.default_rng(1)
+  for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
+    (root / sub).mkdir(parents=True)
+  masks = []
+  for i in range(num_images):
+    mask = rng.integers(0, 21, size=size).astype(np.uint8)
+    mask[0] = 255  # VOC's object borders
+    Image.fromarray(rng.integers(0, 256, size=size + (3,), dtype=np.uint8)).save(
+        root / "JPEGImages" / f"2007_{i:06d}.jpg")
+    palette_mask = Image.fromarray(mask, mode="P")
+    palette_mask.putpalette(visualize.voc_palette())
+    palette_mask.save(root / "SegmentationClass" / f"2007_{i:06d}.png")
+    masks.append(mask)
+  ids = [f"2007_{i:06d}" for i in range(num_images)]
+  (root / "ImageSets/Segmentation/train.txt").write_text("\n".join(ids[:-1]) + "\n")
+  (root / "ImageSets/Segmentation/val.txt").write_text(ids[-1] + "\n")
+  return masks
 
 
 def loop_task(train_dataset, loss_fn, metrics_fn=None, image_summaries_fn=None):

@@ -38,6 +38,7 @@ SHARED = [
     ("summaries.activation_histograms", None), ("summaries.activation_stats", None),
     ("summaries.max_summary_bytes", 0),
     ("hardware.memory_limit_mb", -1), ("hardware.memory_growth", None),
+    ("distribution.strategy", "ring"), ("distribution.strategy", None),
 ]
 
 # (key, bad value) for each trainer's own sections.
@@ -47,12 +48,14 @@ OWN = {
         ("data.npy_pixel_max", 0.0), ("data.patch_size", 30),  # not a multiple of the stride 4
         ("model.widths", ()), ("model.widths", (-8, 16)), ("model.widths", ("",)),  # "" from the CLI
         ("model.widths", ("8", 16)), ("model.widths", (8.5, 16)), ("model.widths", (True, 8)),
-        ("model.widths", None), ("model.weight_decay", -1e-4),
+        ("model.widths", None), ("model.weight_decay", -1e-4), ("model.sync_batch_norm", None),
+        ("model.output_stride", 0), ("model.output_stride", 3),  # 3: patch 28 is not a multiple of 12
         ("loss.class_weights", (1.0, -1.0, 1.0, 1.0, 1.0)), ("loss.class_weights", (0, 0, 0, 0, 0)),
         ("loss.class_weights", (1.0, 2.0)), ("loss.class_weights", ("a",) * 5),
     ],
     "triplet": [
         ("loss.name", "triplet"), ("loss.margin", -0.1), ("loss.squared", None),
+        ("loss.cross_replica_mining", None),
         ("data.source", "voc"), ("data.small_identities", "skip"), ("data.identities_per_batch", 1),
         ("data.images_per_identity", 1),  # a triplet loss needs an anchor and a positive
         ("data.skip_bad_files", None), ("data.normalization", "foo"), ("data.load_size", 0),
@@ -61,6 +64,7 @@ OWN = {
         ("data.images_per_synthetic_identity", 1), ("data.num_pair_folds", 0), ("data.pairs_per_fold", 0),
         ("model.embedding_size", 0), ("model.widths", ()), ("model.widths", (-4, 8)), ("model.widths", ("",)),
         ("model.weight_decay", -1.0), ("model.bn_momentum", 1.0), ("model.bn_momentum", 1.5),
+        ("model.sync_batch_norm", None),
         ("train.batch_size", 9),  # not identities_per_batch x images_per_identity
     ],
     "inception": [
@@ -73,7 +77,7 @@ OWN = {
         ("model.aux_logits", None), ("model.aux_logits", True),  # needs 107 pixels, smoke has 75
         ("model.dropout_rate", 1.0), ("model.weight_decay", -1.0), ("model.batch_norm_decay", 1.0),
         ("model.hidden_units", -1), ("model.hidden_l2", -1.0), ("model.hidden_dropout_rate", 1.5),
-        ("model.logits_stddev", -0.01),
+        ("model.logits_stddev", -0.01), ("model.sync_batch_norm", None),
         ("data.image_size", 74), ("data.central_fraction", 1.5), ("data.central_fraction", -0.1),
         ("data.augment", None), ("data.fast_mode", None), ("data.skip_bad_files", None),
         ("data.min_class_count", -1), ("data.labels_offset", -1), ("data.synthetic_image_size", 0),

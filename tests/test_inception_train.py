@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common import train_loop
 from common.errors import DataError
 from configs import inception_v4 as config_lib
 import helpers
@@ -132,9 +133,7 @@ def finetune_run(tmp_path_factory):
   """A stand-in TF-Slim checkpoint (random, 1001 classes), then phase 1 alone, then phase 2 resumed."""
   root = tmp_path_factory.mktemp("finetune")
   config = finetune_config(HEAD_STEPS)
-  tf.keras.utils.set_random_seed(1)
-  source = iv.inception_v4(num_classes=1001, input_shape=(75, 75, 3), aux_logits=False)
-  config.checkpoint_path = slim_checkpoint.write_slim_checkpoint(source, str(root / "slim" / "model.ckpt"))
+  config.checkpoint_path = helpers.write_slim_inception_checkpoint(str(root / "slim" / "model.ckpt"))
   reader = tf.train.load_checkpoint(config.checkpoint_path)
   slim_values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
   workdir = str(root / "run")
@@ -207,3 +206,33 @@ def test_reports_and_saved_model_are_written(finetune_run):
   exported = task.evaluate(task.saved_model_predict_fn(serve), True).metrics
   assert (exported["top1"], exported["top5"]) == (evaluation["top1"], evaluation["top5"])
   np.testing.assert_allclose(exported["loss"], evaluation["loss"], rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_layers_only(tmp_path):
+  config = helpers.make_config("inception_v4", "smoke", **{
+      "train.batch_size": 8, "finetune.unfreeze_last_blocks": 2,
+      "checkpoint_exclude_scopes": "InceptionV4/Logits,InceptionV4/Mixed_7d"})
+  config.checkpoint_path = helpers.write_slim_inception_checkpoint(str(tmp_path / "slim" / "model.ckpt"))
+  model = task_lib.build_model(config, 10)  # calibrate trains as phase 2: the head, Mixed_7c, Mixed_7d
+  slim_checkpoint.restore(model, config.checkpoint_path, config.checkpoint_exclude_scopes)
+  fresh = task_lib.fresh_batch_norm_layers(model, config)
+  assert fresh and {layer.name.split(".")[0] for layer in fresh} == {"Mixed_7d"}
+  images = tf.random.stateless_normal([32, 75, 75, 3], [1, 2])
+  dataset = tf.data.Dataset.from_tensor_slices((images, tf.zeros([32], tf.int32))).batch(8).repeat()
+  before = {v.path: v.numpy() for v in train_loop.batch_norm_statistics(model)}
+  task_lib.make_batch_norm_calibration(config, lambda: dataset)(model)
+  fresh_paths = {v.path for layer in fresh for v in (layer.moving_mean, layer.moving_variance)}
+  for variable in train_loop.batch_norm_statistics(model):
+    if variable.path not in fresh_paths:  # restored Mixed_7c (trainable) and the frozen base
+      np.testing.assert_array_equal(variable.numpy(), before[variable.path], err_msg=variable.path)
+  assert all(layer.momentum == config.model.batch_norm_decay for layer in fresh)
+  # The statistics a training pass normalizes with, averaged over the 32 // 8 batches.
+  name = "Mixed_7d.Branch_0.Conv2d_0a_1x1"
+  probe = keras.Model(model.inputs, model.get_layer(name).output)
+  moments = [tf.nn.moments(probe(batch, training=True), axes=[0, 1, 2]) for batch in tf.split(images, 4)]
+  layer = model.get_layer(f"{name}.BatchNorm")
+  np.testing.assert_allclose(layer.moving_mean.numpy(), np.mean([m for m, _ in moments], axis=0),
+                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(layer.moving_variance.numpy(), np.mean([v for _, v in moments], axis=0),
+                             rtol=1e-4, atol=1e-5)

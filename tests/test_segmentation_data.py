@@ -14,6 +14,7 @@ import tensorflow as tf
 from common import data as common_data
 from common.errors import ConfigError
 from common.errors import DataError
+import helpers
 from scripts import convert_to_tfrecord
 from segmentation import data as seg_data
 from segmentation import synthetic
@@ -74,27 +75,6 @@ def write_split_files(root, train_ids, eval_ids):
   for name, ids in (("train.txt", train_ids), ("eval.txt", eval_ids)):
     (root / name).write_text("".join(f"{i}\n" for i in ids))
   return str(root / "train.txt"), str(root / "eval.txt")
-
-
-def write_voc(root, num_images=4, size=(20, 16)):
-  """A Pascal VOC layout with JPEG images and palette masks; returns the masks' indices."""
-  rng = np.random.default_rng(1)
-  for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
-    (root / sub).mkdir(parents=True)
-  masks = []
-  for i in range(num_images):
-    mask = rng.integers(0, 21, size=size).astype(np.uint8)
-    mask[0] = 255  # VOC's object borders
-    Image.fromarray(rng.integers(0, 256, size=size + (3,), dtype=np.uint8)).save(
-        root / "JPEGImages" / f"2007_{i:06d}.jpg")
-    palette_mask = Image.fromarray(mask, mode="P")
-    palette_mask.putpalette(visualize.voc_palette())
-    palette_mask.save(root / "SegmentationClass" / f"2007_{i:06d}.png")
-    masks.append(mask)
-  ids = [f"2007_{i:06d}" for i in range(num_images)]
-  (root / "ImageSets/Segmentation/train.txt").write_text("\n".join(ids[:-1]) + "\n")
-  (root / "ImageSets/Segmentation/val.txt").write_text(ids[-1] + "\n")
-  return masks
 
 
 def labels_from_colors(images):
@@ -205,7 +185,7 @@ def test_small_images_are_padded_to_the_patch_size_with_the_ignore_label():
 
 
 def test_voc_layout_reads_palette_masks_as_class_ids(tmp_path):
-  masks = write_voc(tmp_path)
+  masks = helpers.write_voc(tmp_path)
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21, patch_size=8)
   data = seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
   assert data.class_names == seg_data.VOC_CLASS_NAMES
@@ -214,6 +194,19 @@ def test_voc_layout_reads_palette_masks_as_class_ids(tmp_path):
   _, train_labels = first_batch(data.train)
   assert set(np.unique(train_labels)) <= set(range(21)) | {255}
 
+
+def test_voc_class_names_come_from_the_roots_class_names_txt_or_the_config(tmp_path):
+  helpers.write_voc(tmp_path)
+  names = [f"kind_{c}" for c in range(21)]
+  (tmp_path / "class_names.txt").write_text("\n".join(names) + "\n")
+  cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21, patch_size=8)
+  assert seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == tuple(names)
+  cfg.class_names = tuple(f"given_{c}" for c in range(21))  # the config wins over the file
+  assert seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == cfg.class_names
+  cfg.class_names = ()
+  (tmp_path / "class_names.txt").write_text("\n".join(names[:11]) + "\n")
+  with pytest.raises(DataError, match=r"class_names.txt: 11 class names for data.num_classes=21"):
+    seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
 
 
 def test_colorize_uses_voc_colors_so_summaries_match_voc_masks():
@@ -230,7 +223,7 @@ def test_colorize_uses_voc_colors_so_summaries_match_voc_masks():
 
 
 def test_voc_through_tfrecords_gives_the_same_labels(tmp_path):
-  masks = write_voc(tmp_path / "voc")
+  masks = helpers.write_voc(tmp_path / "voc")
   for split in ("train", "val"):
     pairs = seg_data.list_folder_pairs(*seg_data.voc_paths(str(tmp_path / "voc"), split))
     paths = convert_to_tfrecord.convert(pairs, 21, 255, str(tmp_path / "records" / split), num_shards=2)
@@ -408,7 +401,7 @@ def test_an_empty_folder_is_named(tmp_path):
 
 
 def test_a_missing_split_file_is_named(tmp_path):
-  write_voc(tmp_path)
+  helpers.write_voc(tmp_path)
   os.remove(tmp_path / "ImageSets/Segmentation/val.txt")
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21)
   with pytest.raises(DataError, match=f"^{tmp_path}/ImageSets/Segmentation/val.txt: no such split file$"):
@@ -451,7 +444,7 @@ def test_read_image_file_reads_any_decodable_image_as_rgb(tmp_path):
 
 
 def test_convert_script_writes_shards_from_the_command_line(tmp_path):
-  masks = write_voc(tmp_path / "voc")
+  masks = helpers.write_voc(tmp_path / "voc")
   script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "convert_to_tfrecord.py")
   result = subprocess.run(
       [sys.executable, script, f"--voc_root={tmp_path / 'voc'}", "--split=val", "--num_classes=21",

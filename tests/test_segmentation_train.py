@@ -3,7 +3,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,8 +16,10 @@ import tensorflow as tf
 
 from common import task as common_task
 from helpers import REPO_ROOT
+from helpers import free_port
 from helpers import make_config
 from helpers import read_scalars
+from helpers import wait_for_json
 from segmentation import metrics
 from segmentation import synthetic
 from segmentation import task as task_lib
@@ -71,6 +72,15 @@ def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_
   for k in np.unique(class_ids):
     assert mask.getpalette()[3 * k:3 * k + 3] == voc[3 * k:3 * k + 3], k
 
+
+def test_chance_baseline_is_the_majority_class_everywhere():
+  # 3 classes in the labels (rows): 90 background pixels, 6 of class 1, 4 of class 2; class 3 absent.
+  confusion = np.array([[80, 10, 0, 0], [1, 5, 0, 0], [0, 0, 4, 0], [0, 0, 0, 0]])
+  scores = metrics.metrics_from_confusion(confusion)
+  # Background everywhere: background IoU 90/100, classes 1 and 2 IoU 0, class 3 not counted.
+  assert scores["chance_miou"] == pytest.approx(0.9 / 3)
+  assert scores["chance_pixel_accuracy"] == pytest.approx(0.9)
+  assert scores["miou"] > scores["chance_miou"]
 
 
 @pytest.mark.parametrize("num_classes, class_names, first_keys", [
@@ -230,12 +240,6 @@ def test_skip_bad_files_skips_and_counts_a_corrupt_image(tmp_path, caplog):
   assert re.search(r"skipped 1 of \d+ files that do not decode: broken.png", caplog.text)
 
 
-def free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_tensorboard_serves_the_loss_series(tmp_path):
   config = smoke_config()
@@ -246,17 +250,7 @@ def test_tensorboard_serves_the_loss_series(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   try:
     url = f"http://127.0.0.1:{port}/data/plugin/scalars"
-    tags = None
-    deadline = time.time() + 120
-    while time.time() < deadline:
-      try:
-        with urllib.request.urlopen(f"{url}/tags", timeout=5) as response:
-          tags = json.load(response)
-        if "loss" in tags.get("train", {}):
-          break
-      except OSError:
-        pass
-      time.sleep(1)
+    tags = wait_for_json(f"{url}/tags", lambda tags: "loss" in tags.get("train", {}), 120)
     assert tags and "loss" in tags["train"], tags
     assert "miou" in tags["eval"]
     query = urllib.parse.urlencode({"run": "train", "tag": "loss"})

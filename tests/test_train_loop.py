@@ -263,3 +263,16 @@ def test_best_metric_ends_the_run_with_the_peak_weights(tmp_path):
   config.train.best_metric = "missing"
   with pytest.raises(ConfigError, match="train.best_metric='missing'.*score"):
     run_training(tmp_path / "other", config, build_model(2), metrics_fn=lambda model: {"score": 1.0})
+
+
+def test_an_evaluation_loss_far_above_the_training_loss_is_a_warning_naming_causes(tmp_path, caplog):
+  config = tiny_config(steps=4)
+  config.train.eval_every = 2
+  losses = iter([1e8, 1.5])  # evaluations at steps 2 and 4: training's cross-entropy is about 0.7
+  run_training(tmp_path, config, build_model(2), metrics_fn=lambda model: {"loss": next(losses)})
+  warnings = [r.getMessage() for r in caplog.records if "EVALUATION LOSS" in r.getMessage()]
+  assert len(warnings) == 1 and warnings[0].startswith("EVALUATION LOSS 1e+08 IS FAR ABOVE"), warnings
+  assert "BatchNorm moving statistics" in warnings[0] and "preprocessing" in warnings[0]
+  assert train_loop.eval_loss_warning(float("nan"), 0.5)
+  assert not train_loop.eval_loss_warning(25.0, 0.01)  # over-fitting: a floor of 1 for the ratio
+  assert not train_loop.eval_loss_warning(1e8, None)  # no training loss logged yet

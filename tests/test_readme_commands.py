@@ -1,0 +1,350 @@
+"""Every command README.md shows runs, in README order, in one scratch copy of the repository.
+
+Commands are the lines of the ``` blocks and the inline `code` spans that start with a program
+(python, pip, tensorboard, a shell script...; `NAME=value` assignments before it are its
+environment), with `\\` continuations joined, `# comments` dropped and `a && b` split into a and
+b. A command shown twice runs once, and an inline span that is the start of a block's command (the
+trainers' table abbreviates the sections' commands) is that command. A python command runs as
+written unless ADAPTATIONS (the entry whose key is the longest prefix of the command) says
+otherwise and why. Two rewrites apply to all: absolute /tmp/ paths and TMPDIR point into the
+scratch folder, so that no run shares state with another. The inputs the README assumes the user
+has (photo.jpg, inception_v4.ckpt, StanfordDogs/Images) are small stand-ins the `workspace`
+fixture writes.
+
+A README command that is neither runnable as written nor in the table fails, and so does a block
+that is neither commands nor listed in TEXT_BLOCKS, and a table entry no README command uses: a
+documented command cannot go untested.
+"""
+import dataclasses
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+
+import numpy as np
+from PIL import Image
+import pytest
+
+import helpers
+
+README = os.path.join(helpers.REPO_ROOT, "README.md")
+# A command: environment assignments, then a program the README tells the user to run.
+ASSIGNMENT = r"[A-Za-z_]\w*=(?:'[^']*'|\"[^\"]*\"|\S+)\s+"
+PROGRAMS = r"python3?|pip3?|tensorboard|bash|sh|kubectl|docker|git|curl|wget|nvidia-smi|cd|export"
+COMMAND = re.compile(rf"(?:{ASSIGNMENT})*(?:{PROGRAMS}|\S+\.sh)(?:\s|$)")
+# Blocks that show no command, by the start of their first line.
+TEXT_BLOCKS = {
+    "error: ": "the one-line error of a misspelt config key",
+    "common/ ": "the Layout section's tree of files",
+}
+RUNNABLE_AS_WRITTEN = ("python",)
+TIMEOUT_S = 600
+STDERR_TAIL_LINES = 15
+# TensorFlow's C++ start-up lines (CUDA probing, CPU features), logged before absl is set up.
+STARTUP_NOISE = re.compile(r"^([IWE]0000 00:00:|WARNING: All log messages before absl|To enable the following)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """Runs the command with changes: `preset` replaces the --config preset, `replace` swaps README
+  text (placeholders such as `...`) for what runs, `append` adds arguments (later flags win).
+  `exit_codes` are the successes; `prints` is text stdout must hold, `creates` files (under the
+  scratch folder) the command must leave."""
+  why: str
+  preset: str = ""
+  replace: tuple = ()
+  append: tuple = ()
+  exit_codes: tuple = (0,)
+  prints: str = ""
+  creates: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+  why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Serve:
+  """A server: started with --host and --port, asked `path` over HTTP until it answers with
+  something, then stopped."""
+  why: str
+  path: str
+
+
+AS_WRITTEN = Run("as written")
+TWO_STEPS = ("--config.train.num_steps=2",)
+ONE_INCEPTION_STEP = ("--config.train.num_steps=1", "--config.finetune.head_steps=1")
+ONE_BENCHMARK_STEP = ("--steps", "1", "--windows", "1")
+ADAPTATIONS = {
+    "pip install": Skip("installs packages: CI installs the requirements itself before the tests"),
+    "python -m pytest": Skip("CI's own command: the test suite this test is part of"),
+    "scripts/peers/setup_peer_venv.sh": Skip("downloads about 6 GB of PyTorch wheels into a venv"),
+    "TF_CONFIG=": Skip("one command per host (host0, host1) with shared storage; "
+                       "scripts/launch_workers.py (run above) starts the same on one machine"),
+    "kubectl apply": Skip("needs a Kubernetes cluster with Kubeflow's training operator"),
+    "python -m segmentation.train --config=configs/segmentation.py": Run(
+        "the default preset trains 400 steps; the smoke preset runs the same code in seconds",
+        preset="smoke"),
+    "python -m segmentation.train --config=configs/segmentation.py:gtx960m": Run(
+        "mixed precision is a GPU setting (float16 convolution gradients are hundreds of times "
+        "slower on a CPU); 2 steps show the preset builds, trains, evaluates and exports",
+        append=("--config.mixed_precision=False",) + TWO_STEPS),
+    "python -m segmentation.train --config=configs/segmentation.py:scenes": Run(
+        "the scenes preset trains 600 steps (minutes; tests/test_real_segmentation.py runs them all); "
+        "2 steps show it trains on the real set's VOC scenes, evaluates and exports",
+        append=("--config.train.num_steps=2",)),
+    "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy": Run(
+        "the real-data recipe trains 800 steps (minutes; tests/test_real_segmentation.py runs it); "
+        "2 steps show the command trains on the real set's npy patches, evaluates and exports",
+        append=TWO_STEPS),
+    "python -m segmentation.evaluate --config=configs/segmentation.py": Run(
+        "runs/segmentation was trained with the smoke preset (above)", preset="smoke"),
+    "python -m segmentation.predict": Run(
+        "as written; the masks must be there",
+        creates=("runs/masks/photo_mask.png", "runs/masks/photo_classes.png")),
+    "python -m triplet.train --config=configs/triplet.py": Run(
+        "the default preset trains 3000 steps at 160x160 (GPU-sized)", preset="smoke"),
+    "python -m triplet.train --config=configs/triplet.py:small": Run(
+        "the real-data run is a slow test of its own; 2 steps show the command trains on the real "
+        "set's identities, evaluates on the held-out ones and exports", append=TWO_STEPS),
+    "python -m triplet.evaluate --config=configs/triplet.py": Run(
+        "runs/triplet was trained with the smoke preset (above)", preset="smoke"),
+    "python -m inception_finetune.train --config=configs/inception_v4.py --config.checkpoint_path=inception_v4.ckpt": Run(
+        "the default preset trains 6000 steps at 299x299; the smoke preset (75x75, 10 classes as "
+        "in the stand-in StanfordDogs/Images) restores the same checkpoint, and one step shows it trains",
+        preset="smoke", append=ONE_INCEPTION_STEP),
+    "python -m inception_finetune.train --config=configs/inception_v4.py:smoke": Run(
+        "60 Inception V4 steps take minutes on 2 busy cores; one step shows the smoke run trains",
+        append=ONE_INCEPTION_STEP),
+    "python -m inception_finetune.train --config=configs/inception_v4.py:scratch": Run(
+        "300 steps on the digits of scripts/make_real_sets.py take minutes (tests/test_real_inception.py "
+        "runs them); one step shows the command trains on them", append=ONE_INCEPTION_STEP),
+    "python -m inception_finetune.evaluate --config=configs/inception_v4.py": Run(
+        "runs/dogs was trained with the smoke preset (above)", preset="smoke"),
+    "python scripts/check_gpu.py": Run(
+        "exit code 1 is its documented answer on a machine without a usable GPU, as here",
+        exit_codes=(0, 1), prints="result: "),
+    "python scripts/benchmark.py": Run(
+        "one step per window, one window: the figures are not the point here",
+        append=ONE_BENCHMARK_STEP),
+    "python scripts/benchmark.py all --preset smoke": Run(
+        "XLA compiles Inception V4 for minutes; float32 alone shows every table",
+        append=ONE_BENCHMARK_STEP + ("--variants", "float32")),
+    "python scripts/benchmark.py inception_v4 --preset gtx960m --memory_limit_mb 4096": Run(
+        "a GPU command (the memory limit applies to a GPU); on a CPU the 299x299 mixed-precision "
+        "steps take minutes, so float32 at 75x75", append=ONE_BENCHMARK_STEP + (
+            "--variants", "float32", "--set", "data.image_size=75", "--set", "model.aux_logits=False")),
+    "python scripts/convert_to_tfrecord.py": Run(
+        "the README leaves the paths to the user (`...`): a small VOC folder the test writes",
+        replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
+                 ("--output_prefix=...", "--output_prefix=tfrecords/train"))),
+    "tensorboard --logdir runs/segmentation": Serve(
+        "a server that runs until stopped: it is asked for the scalar tags of the runs it serves",
+        path="/data/plugin/scalars/tags"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+  text: str  # the words as written, quotes removed: what ADAPTATIONS keys are prefixes of
+  env: tuple  # the NAME=value assignments before the program
+  argv: tuple
+
+
+def split_commands(line):
+  """The Commands of one README line: comments dropped, `&&` chains split."""
+  commands, words = [], []
+  for word in shlex.split(line, comments=True) + ["&&"]:
+    if word != "&&":
+      words.append(word)
+      continue
+    if words:
+      assignments = 0
+      while re.fullmatch(r"[A-Za-z_]\w*=.*", words[assignments], re.S):
+        assignments += 1
+      commands.append(Command(" ".join(words), tuple(words[:assignments]), tuple(words[assignments:])))
+    words = []
+  return commands
+
+
+def parse_readme(text):
+  """(the README's Commands in order and once each, the lines of code blocks that are not commands,
+  the TEXT_BLOCKS keys used)."""
+  found, strays, text_blocks, block = [], [], set(), None  # found: (in a block?, Command)
+  for line in text.splitlines():
+    if line.startswith("```") and block is None:
+      block = []
+    elif line.startswith("```"):
+      lines = [l.strip() for l in re.sub(r"\\\n\s*", " ", "\n".join(block)).splitlines() if l.strip()]
+      commands = [l for l in lines if COMMAND.match(l)]
+      text_key = next((key for key in TEXT_BLOCKS if lines and lines[0].startswith(key)), None)
+      if commands or text_key is None:
+        strays += [l for l in lines if l not in commands]
+        found += [(True, c) for l in commands for c in split_commands(l)]
+      else:
+        text_blocks.add(text_key)
+      block = None
+    elif block is not None:
+      block.append(line)
+    else:
+      spans = [span for span in re.findall(r"`([^`]+)`", line) if COMMAND.match(span)]
+      found += [(False, c) for span in spans for c in split_commands(span)]
+  in_blocks = [c.text for in_block, c in found if in_block]
+  ordered = {}
+  for in_block, command in found:
+    if in_block or not any(text.startswith(command.text + " ") for text in in_blocks):
+      ordered.setdefault(command.text, command)
+  return list(ordered.values()), strays, text_blocks
+
+
+def adaptation_key(command):
+  """The longest ADAPTATIONS key that is the command or its start (ending a word or at `=`)."""
+  keys = [key for key in ADAPTATIONS if command.text == key or command.text.startswith(
+      key if key.endswith("=") else key + " ")]
+  return max(keys, key=len, default=None)
+
+
+with open(README, encoding="utf-8") as _f:
+  COMMANDS, STRAYS, TEXT_BLOCKS_USED = parse_readme(_f.read())
+
+
+def test_every_readme_command_is_runnable_as_written_or_in_the_table():
+  assert not STRAYS, ("README.md: lines of code blocks that are not commands this test knows (add "
+                      f"the program to PROGRAMS, or the block to TEXT_BLOCKS): {STRAYS}")
+  untested = [c.text for c in COMMANDS if c.argv[0] not in RUNNABLE_AS_WRITTEN and adaptation_key(c) is None]
+  assert not untested, ("README.md commands the test cannot run as written; give each an entry in "
+                        f"ADAPTATIONS saying how or why not: {untested}")
+
+
+def test_every_table_entry_is_used_by_the_readme():
+  stale = sorted(set(ADAPTATIONS) - {adaptation_key(c) for c in COMMANDS})
+  stale += sorted(set(TEXT_BLOCKS) - TEXT_BLOCKS_USED)
+  assert not stale, f"ADAPTATIONS or TEXT_BLOCKS entries that match nothing in README.md (stale): {stale}"
+
+
+def test_parse_joins_continuations_splits_chains_and_keeps_the_order():
+  commands, strays, text_blocks = parse_readme(
+      "Run `python -m a.b` or `sh x.sh`\n"
+      "```\npip install -r r.txt && python -m a.b --x=1 \\\n    --y='two words'   # comment\n```\n"
+      "then `V='a b' python c.py`, `--flag` and\n```\nerror: output\n```\n```\nnot a command\n```\n")
+  assert [c.text for c in commands] == [
+      "sh x.sh", "pip install -r r.txt", "python -m a.b --x=1 --y=two words", "V=a b python c.py"]
+  assert commands[2].argv[-1] == "--y=two words" and commands[3].env == ("V=a b",)
+  assert strays == ["not a command"] and text_blocks == {"error: "}
+
+
+def make_stand_ins(root):
+  """The inputs the README assumes: an image, a TF-Slim checkpoint, class folders, a VOC folder."""
+  rng = np.random.default_rng(0)
+  Image.fromarray(rng.integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(root / "photo.jpg")
+  helpers.write_slim_inception_checkpoint(str(root / "inception_v4.ckpt"))
+  for label in range(10):  # the smoke preset's 10 classes
+    folder = root / "StanfordDogs" / "Images" / f"n0208{label:04d}-breed_{label}"
+    folder.mkdir(parents=True)
+    for i in range(6):
+      image = np.clip(rng.normal(25 * label, 30, (64, 64, 3)), 0, 255).astype(np.uint8)
+      Image.fromarray(image).save(folder / f"{i}.jpg")
+  helpers.write_voc(root / "VOCdevkit" / "VOC2012")
+
+
+class Workspace:
+  """A scratch folder with the repository's files linked in; runs README commands in order."""
+
+  def __init__(self, root):
+    self.root = root
+    self.tmp = root / "tmp"
+    self.tmp.mkdir()
+    for name in os.listdir(helpers.REPO_ROOT):
+      if not name.startswith((".", "__")) and name != "runs":
+        os.symlink(os.path.join(helpers.REPO_ROOT, name), root / name)
+    make_stand_ins(root)
+    self.failures = {}
+
+  def run_through(self, index):
+    """Runs COMMANDS[:index + 1] that have not run yet; returns the last one's failure or None."""
+    for command in COMMANDS[:index + 1]:
+      if command.text not in self.failures:
+        self.failures[command.text] = self.run(command)
+    return self.failures[COMMANDS[index].text]
+
+  def run(self, command):
+    key = adaptation_key(command)
+    adaptation = ADAPTATIONS[key] if key else AS_WRITTEN
+    if isinstance(adaptation, Skip):
+      return None
+    argv = [self.to_tmp(word) for word in command.argv]
+    if isinstance(adaptation, Run):
+      argv = [self.adapt(word, adaptation) for word in argv] + list(adaptation.append)
+    programs = {"python": [sys.executable], "tensorboard": [sys.executable, "-m", "tensorboard.main"]}
+    if argv[0] not in programs:
+      return f"README command `{command.text}`: no way to run {argv[0]}; give it an entry in ADAPTATIONS"
+    shown = "" if list(command.argv) == argv else f" (ran as `{shlex.join(argv)}`)"
+    argv = programs[argv[0]] + argv[1:]
+    env = dict(os.environ, TMPDIR=str(self.tmp), TF_CPP_MIN_LOG_LEVEL="2")
+    env.update(self.to_tmp(assignment).split("=", 1) for assignment in command.env)
+    if isinstance(adaptation, Serve):
+      return self.serve(command, argv, adaptation, env)
+    try:
+      result = subprocess.run(argv, cwd=self.root, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              env=env)
+    except subprocess.TimeoutExpired:
+      return (f"README command `{command.text}`{shown} did not end in {TIMEOUT_S} s: "
+              "give it an adaptation in ADAPTATIONS (a smaller preset, fewer steps)")
+    if result.returncode not in adaptation.exit_codes:
+      return (f"README command `{command.text}`{shown} exited {result.returncode}; stderr ends:\n"
+              f"{stderr_tail(result.stderr)}")
+    if adaptation.prints not in result.stdout:
+      return f"README command `{command.text}` did not print {adaptation.prints!r}: {result.stdout[-2000:]}"
+    missing = [path for path in adaptation.creates if not (self.root / path).is_file()]
+    if missing:
+      return f"README command `{command.text}` exited {result.returncode} without writing {missing}"
+    return None
+
+  def to_tmp(self, word):
+    """An absolute /tmp/ path (alone or after `=`) inside the scratch folder's tmp/."""
+    return re.sub(r"(^|=)/tmp/", lambda m: f"{m.group(1)}{self.tmp}/", word)
+
+  @staticmethod
+  def adapt(word, adaptation):
+    for old, new in adaptation.replace:
+      word = word.replace(old, new)
+    if adaptation.preset and word.startswith("--config="):
+      word = f"{word.split(':')[0]}:{adaptation.preset}"
+    return word
+
+  def serve(self, command, argv, adaptation, env):
+    port = helpers.free_port()
+    server = subprocess.Popen(argv + ["--host", "127.0.0.1", "--port", str(port)], cwd=self.root,
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+      answer = helpers.wait_for_json(f"http://127.0.0.1:{port}{adaptation.path}", bool, 120)
+    finally:
+      server.send_signal(signal.SIGTERM)
+      _, stderr = server.communicate(timeout=30)
+    if not answer:
+      return (f"README command `{command.text}`: {adaptation.path} gave no answer with data in 120 s "
+              f"(got {answer!r}); stderr ends:\n{stderr_tail(stderr)}")
+    return None
+
+
+def stderr_tail(stderr):
+  lines = [line for line in stderr.strip().splitlines() if not STARTUP_NOISE.match(line)]
+  return "\n".join(lines[-STDERR_TAIL_LINES:])
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+  return Workspace(tmp_path_factory.mktemp("readme"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(COMMANDS)), ids=[c.text for c in COMMANDS])
+def test_readme_command_runs(workspace, index):
+  adaptation = ADAPTATIONS.get(adaptation_key(COMMANDS[index]))
+  if isinstance(adaptation, Skip):
+    pytest.skip(adaptation.why)
+  failure = workspace.run_through(index)
+  assert failure is None, failure
