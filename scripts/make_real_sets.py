@@ -78,28 +78,22 @@ def contrasting_colour(rng, colour):
       return candidate
 
 
-def paste_digit(rng, digit, label, canvas, size, top, left, mask=None):
-  """Draws a digit of size x size px into canvas (in place); labels its strokes in mask.
+def scene(rng, digit, label, image_size, min_size, max_size):
+  """(uint8 [S, S, 3] image, uint8 [S, S] mask) with one digit at a random size and place.
 
   Strokes (coverage > 0.5) get label + 1; the anti-aliased rim (0.25-0.5) the ignore label 255.
   """
-  coverage = ink(digit, size)
-  region = canvas[top:top + size, left:left + size]
-  colour = contrasting_colour(rng, region.mean(axis=(0, 1)))
-  region[:] = region * (1 - coverage[..., None]) + colour * coverage[..., None]
-  if mask is not None:
-    window = mask[top:top + size, left:left + size]
-    window[coverage > 0.25] = 255
-    window[coverage > 0.5] = label + 1
-
-
-def scene(rng, digit, label, image_size, min_size, max_size):
-  """(uint8 [S, S, 3] image, uint8 [S, S] mask) with one digit at a random size and place."""
   canvas = background(rng, image_size, image_size)
   mask = np.zeros((image_size, image_size), np.uint8)
   size = int(rng.integers(min_size, max_size + 1))
   top, left = rng.integers(0, image_size - size + 1, 2)
-  paste_digit(rng, digit, label, canvas, size, top, left, mask)
+  coverage = ink(digit, size)
+  region = canvas[top:top + size, left:left + size]
+  colour = contrasting_colour(rng, region.mean(axis=(0, 1)))
+  region[:] = region * (1 - coverage[..., None]) + colour * coverage[..., None]
+  window = mask[top:top + size, left:left + size]
+  window[coverage > 0.25] = 255
+  window[coverage > 0.5] = label + 1
   return np.uint8(np.round(canvas)), mask
 
 
