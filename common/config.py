@@ -46,6 +46,10 @@ def base_config():
   # Warn when no step finishes for this long (a stuck input pipeline); 0 turns it off.
   config.train.stall_timeout_s = 600.0
   config.train.jit_compile = False
+  # Training steps per compiled call (Keras' steps_per_execution): metrics are read once per call,
+  # and a call also ends at the next log line, summary, checkpoint, evaluation or phase end.
+  # Signals are honoured between calls, so keep a call well under a second on the device.
+  config.train.steps_per_loop = 100
   # Resume from a checkpoint whose input pipeline differs (batch size, files...): keep the model,
   # optimizer and step, and start the input from a fresh position.
   config.train.reset_input_pipeline = False
@@ -219,7 +223,7 @@ def validate_config(config):
       "deterministic": BOOL,
       "mixed_precision": BOOL,
       **dict.fromkeys(["train.batch_size", "train.num_steps", "train.log_every", "train.eval_every",
-                       "train.checkpoint_every", "train.keep_checkpoints",
+                       "train.checkpoint_every", "train.keep_checkpoints", "train.steps_per_loop",
                        "train.max_consecutive_nonfinite", "optimizer.decay_steps",
                        "summaries.scalars_every", "summaries.images_every",
                        "summaries.histograms_every", "summaries.max_summary_bytes"], POSITIVE_INT),

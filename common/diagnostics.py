@@ -24,14 +24,24 @@ def activation_model(model):
   return keras.Model(model.inputs, outputs)
 
 
-def activation_statistics(probe, inputs):
-  """{layer: (mean, variance)} of each layer's output for one batch, as Python floats."""
-  stats = {}
-  for name, value in probe(inputs, training=False).items():
-    value = tf.cast(value, tf.float32)
-    mean, variance = tf.nn.moments(tf.reshape(value, [-1]), axes=[0])
-    stats[name] = (float(mean), float(variance))
-  return stats
+def make_activation_statistics(probe):
+  """statistics(inputs) -> {layer: (mean, variance)} of each output of `probe` (activation_model)
+  for one batch, as Python floats: one compiled call and one read from the device, however many
+  layers."""
+  names = []
+
+  @tf.function
+  def moments(inputs):
+    outputs = probe(inputs, training=False)
+    names[:] = list(outputs)
+    return tf.stack([tf.stack(tf.nn.moments(tf.reshape(tf.cast(value, tf.float32), [-1]), axes=[0]))
+                     for value in outputs.values()])
+
+  def statistics(inputs):
+    values = moments(inputs).numpy()
+    return {name: (float(mean), float(variance)) for name, (mean, variance) in zip(names, values)}
+
+  return statistics
 
 
 def locate_nonfinite(model, inputs, loss_and_grads):

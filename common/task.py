@@ -13,6 +13,8 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from common import checkpoints
+from common import optimizers
 from common import train_loop
 from common.errors import CheckpointError
 
@@ -104,7 +106,7 @@ class Task:
 def single_phase(num_steps, optimizer_config, mixed_precision):
   """The phase list of a trainer that trains every layer with one optimizer."""
   return [train_loop.Phase("train", num_steps,
-                           train_loop.make_optimizer(optimizer_config, mixed_precision))]
+                           optimizers.make_optimizer(optimizer_config, mixed_precision))]
 
 
 def load_predict_fn(task, workdir, saved_model=None):
@@ -114,7 +116,7 @@ def load_predict_fn(task, workdir, saved_model=None):
       raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
     return task.saved_model_predict_fn(tf.saved_model.load(saved_model).signatures["serving_default"])
   model = task.build_model()
-  logging.info("evaluating %s", train_loop.restore_model(model, workdir))
+  logging.info("evaluating %s", checkpoints.restore_model(model, workdir))
   if task.calibrate:
     task.calibrate(model)
   return task.make_predict_fn(model)

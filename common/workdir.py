@@ -137,3 +137,11 @@ def config_diff(old, new, prefix=""):
     elif a != b:
       changes.append(f"{prefix}{key}: {a!r} -> {b!r}")
   return changes
+
+
+def write_json(path, payload):
+  """Atomic write, so that a crash never leaves a half-written file (nor do two workers writing the same file)."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(payload, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)

@@ -12,6 +12,7 @@ import tensorflow as tf
 from common import config as config_lib
 from common import data as common_data
 from common import export as export_lib
+from common import optimizers
 from common import task as task_lib
 from common import train_loop
 from common.errors import ConfigError
@@ -198,11 +199,11 @@ def make_phases(config, model, mixed_precision):
   last_scopes = unfrozen_scopes(config)
   head = train_loop.Phase(
       "head", config.finetune.head_steps,
-      train_loop.make_optimizer(config.optimizer, mixed_precision),
+      optimizers.make_optimizer(config.optimizer, mixed_precision),
       prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes))
   unfrozen = train_loop.Phase(
       "unfrozen", config.train.num_steps - config.finetune.head_steps,
-      train_loop.make_optimizer(config.optimizer, mixed_precision,
+      optimizers.make_optimizer(config.optimizer, mixed_precision,
                                 learning_rate=config.finetune.learning_rate),
       prepare=lambda: slim_checkpoint.set_trainable_scopes(model, last_scopes))
   return [head, unfrozen]

@@ -11,7 +11,10 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from common import checkpoints
 from common import cli
+from common import distributed
+from common import startup
 from common import train_loop
 from inception_finetune import slim_checkpoint
 from inception_finetune import task as task_lib
@@ -23,7 +26,7 @@ def choose_start(config, workdir):
   A checkpoint in the workdir wins (the run resumes), and the log says so
   plainly: TF-Slim silently preferring a stale train_dir confused its users.
   """
-  resume = tf.train.latest_checkpoint(train_loop.checkpoint_dir(workdir))
+  resume = tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir))
   if resume:
     logging.warning("STARTING FROM %s (resuming this workdir); checkpoint_path %s is not read",
                     resume, config.checkpoint_path or "(unset)")
@@ -40,7 +43,7 @@ def choose_start(config, workdir):
 def train_and_evaluate(config, workdir):
   """Fine-tunes, evaluates and exports; returns the final metrics (also in workdir/metrics.json)."""
   slim_path = choose_start(config, workdir)  # first, so that a wrong path fails in seconds
-  strategy = train_loop.prepare_run(config, workdir)
+  strategy = startup.prepare_run(config, workdir)
   task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()
@@ -50,7 +53,7 @@ def train_and_evaluate(config, workdir):
     phases = task.make_phases(model, config.mixed_precision)
   task_lib.log_batch_norm_plan(model, config)
   results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  with train_loop.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+  with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
     saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
   scores = results["eval"]
   print(f"eval top-1 {scores['top1']:.4f} (chance: majority class {scores['chance_top1_majority']:.4f}, "

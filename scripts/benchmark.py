@@ -12,6 +12,10 @@ with several phases (Inception V4: head, then unfrozen blocks), per phase:
   steps/s, train img/s  the trainer's own compiled step
       (common/train_loop.make_train_step) on two batches taken from its
       pipeline beforehand, so that input time is not in it;
+  loop steps/s    the trainer's whole loop (common/train_loop.train, with
+      the preset's steps_per_loop, log and summary settings) over the same
+      two batches, in the same process;
+  loop/step       their ratio: below 1 by the host work of the loop;
   host peak MiB   the process's resident set high-water mark during the row;
   GPU peak MiB    TensorFlow's allocator peak during the row (with a GPU);
   estimate MiB    scripts/memory_estimate.py for the row (no GPU needed);
@@ -31,6 +35,7 @@ input pipeline. The PyTorch peers run in their own virtual environment
 """
 import argparse
 import ast
+import copy
 import dataclasses
 import importlib
 import itertools
@@ -52,7 +57,9 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from common import cli  # pylint: disable=g-import-not-at-top
 from common import config as config_lib  # pylint: disable=g-import-not-at-top
+from common import distributed  # pylint: disable=g-import-not-at-top
 from common import hardware  # pylint: disable=g-import-not-at-top
+from common import optimizers  # pylint: disable=g-import-not-at-top
 from common import train_loop  # pylint: disable=g-import-not-at-top
 from common.errors import ConfigError  # pylint: disable=g-import-not-at-top
 from common.errors import UserError  # pylint: disable=g-import-not-at-top
@@ -216,7 +223,35 @@ def time_train_step(train_step, batches, settings):
   return (first, *time_steps(run_step, settings, warmup_steps=0))
 
 
-def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, matmul_rates, batches):
+def time_train_loop(task, config, strategy, model, phase, batches, steps_per_window, windows, workdir,
+                    jit_compile):
+  """Steps/s of the trainer's own loop (common/train_loop.train with the preset's settings) over the
+  same batches as the compiled step: the median of `windows` progress windows of steps_per_window
+  steps, after one more window that traces and compiles.
+
+  The progress line and each summary come at most once a window (a smoke preset writes them every
+  few steps, so that tests see them; a real run writes them every 50 or more), so that the figure
+  is the loop's own cost per step plus each of those once per window.
+  """
+  config = copy.deepcopy(config)
+  config.train.jit_compile = jit_compile
+  config.train.log_every = steps_per_window
+  for cadence in ("scalars_every", "images_every", "histograms_every"):
+    config.summaries[cadence] = max(config.summaries[cadence], steps_per_window)
+  config.train.num_steps = steps_per_window * (windows + 1)
+  config.train.eval_every = config.train.checkpoint_every = config.train.num_steps
+  config.train.best_metric = ""
+  # The batches are small and held in memory, so that input time is not in the figure.
+  cycled = tf.data.Dataset.from_tensor_slices(
+      tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)).repeat()
+  phases = [dataclasses.replace(phase, num_steps=config.train.num_steps)]
+  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases,
+                             task=dataclasses.replace(task, train_dataset=cycled))
+  return results["steps_per_second"]
+
+
+def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, matmul_rates, batches,
+                        workdir):
   """Training rows of one precision (each phase of the trainer, without and with XLA, on one
   model), its evaluation images/s and the largest phase's memory estimate."""
   precision = "mixed" if mixed else "float32"
@@ -229,7 +264,7 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
   batch_size = config.train.batch_size
   # From a real batch: a pipeline's static shapes can be partly unknown.
   input_shapes = [tuple(batches[0][0].shape[1:])]
-  distributed = [train_loop.distribute_batch(batch, strategy) for batch in batches]
+  replica_batches = [distributed.distribute_batch(batch, strategy) for batch in batches]
   peak_rate = matmul_rates.get(precision, matmul_rates["float32"])
   device = gpu_device()
   rows, estimates = [], []
@@ -250,13 +285,18 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
         tf.config.experimental.reset_memory_stats(device)
       train_step = train_loop.make_train_step(model, phase.optimizer, task.loss_fn, strategy,
                                               config.optimizer.clipnorm, jit_compile=xla)
-      first, seconds, steps = time_train_step(train_step, distributed, settings)
+      first, seconds, steps = time_train_step(train_step, replica_batches, settings)
+      progress(f"{name} {phase.name}: the trainer's loop")
+      loop_rate = time_train_loop(task, config, strategy, model, phase, batches, steps, settings.windows,
+                                  os.path.join(workdir, f"{name}-{phase.name}"), xla)
       row = {
           "variant": name,
           "phase": phase.name,
           "first_step_s": first,
           "train_steps_per_s": 1.0 / seconds,
           "train_images_per_s": batch_size / seconds,
+          "loop_steps_per_s": loop_rate,
+          "loop_ratio": loop_rate * seconds,
           "host_peak_mib": measure.peak_rss_bytes() / MIB,
           "estimate_mib": estimates[-1].total / MIB,
           "gflop_per_step": step_flops / 1e9,
@@ -295,7 +335,8 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
     if not any(v.split("+")[0] == precision for v in settings.variants):
       continue
     precision_rows, eval_rates[precision], estimates[mixed] = benchmark_precision(
-        task, eval_inputs, config, strategy, mixed, settings, matmul_rates, batches)
+        task, eval_inputs, config, strategy, mixed, settings, matmul_rates, batches,
+        os.path.join(workdir, f"{trainer}-loop-{precision}"))
     rows += precision_rows
   keras.mixed_precision.set_global_policy("float32")
   own = estimates.get(config.mixed_precision) or next(iter(estimates.values()))
@@ -382,9 +423,9 @@ def measure_full_network(result, strategy):
   keras.mixed_precision.set_global_policy("float32")
   with strategy.scope():
     model = task.build_model()
-    optimizer = train_loop.make_optimizer(config.optimizer, False)
+    optimizer = optimizers.make_optimizer(config.optimizer, False)
     optimizer.build(model.trainable_variables)
-  batches = [train_loop.distribute_batch(batch, strategy) for batch in result["_batches"]]
+  batches = [distributed.distribute_batch(batch, strategy) for batch in result["_batches"]]
   rates, steps = {}, 1
   for name in ("float32", "float32+xla"):
     if name in settings.variants:
@@ -451,6 +492,8 @@ COLUMNS = (
     ("first_step_s", "first step s", "{:.1f}"),
     ("train_steps_per_s", "steps/s", "{:.2f}"),
     ("train_images_per_s", "train img/s", "{:.1f}"),
+    ("loop_steps_per_s", "loop steps/s", "{:.2f}"),
+    ("loop_ratio", "loop/step", "{:.2f}"),
     ("host_peak_mib", "host peak MiB", "{:.0f}"),
     ("gpu_peak_mib", "GPU peak MiB", "{:.0f}"),
     ("estimate_mib", "estimate MiB", "{:.1f}"),

@@ -7,15 +7,15 @@ import json
 import os
 
 from common import cli
+from common import startup
 from common import task as common_task
-from common import train_loop
 from segmentation import task as task_lib
 
 
 def main(argv):
   del argv
   config, workdir = _CONFIG.value, _WORKDIR.value
-  train_loop.prepare_run(config)
+  startup.prepare_run(config)
   task = task_lib.make_task(config, workdir)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
   evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)

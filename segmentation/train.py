@@ -5,19 +5,21 @@ The recipe: config -> task (data, model, loss, metrics) -> the shared training l
 import os
 
 from common import cli
+from common import distributed
+from common import startup
 from common import train_loop
 from segmentation import task as task_lib
 
 
 def train_and_evaluate(config, workdir):
   """Trains, evaluates and exports; returns the final metrics (also in workdir/metrics.json)."""
-  strategy = train_loop.prepare_run(config, workdir)
+  strategy = startup.prepare_run(config, workdir)
   task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()
     phases = task.make_phases(model, config.mixed_precision)
   results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  with train_loop.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+  with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
     saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
   scores = results["eval"]
   print(f"validation mIoU {scores['miou']:.4f} (all-majority-class {scores['chance_miou']:.4f}), pixel "

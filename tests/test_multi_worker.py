@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 import yaml
 
+from common import distributed
 from common import hardware
-from common import train_loop
 from common.errors import ConfigError
 import helpers
 from segmentation import task as task_lib
@@ -79,7 +79,7 @@ def reference_digests(config, workdir, steps, num_workers=2):
   found = {}
   for step, batch in enumerate(task_lib.make_task(config, workdir).train_dataset.take(max(steps) + 1)):
     if step in steps:
-      found[step] = [train_loop.batch_digest(tf.nest.map_structure(lambda t, i=i: tf.split(t, num_workers)[i], batch))
+      found[step] = [distributed.batch_digest(tf.nest.map_structure(lambda t, i=i: tf.split(t, num_workers)[i], batch))
                      for i in range(num_workers)]
   return found
 

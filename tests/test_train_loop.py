@@ -4,6 +4,7 @@ The model is a small encoder-decoder defined here, so that common/ is tested wit
 """
 import glob
 import os
+import signal
 
 import keras
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 import tensorflow as tf
 
 from common import config as config_lib
+from common import optimizers
+from common import startup
 from common import train_loop
 from common.errors import ConfigError
 from helpers import loop_task
@@ -72,9 +75,9 @@ def pixel_accuracy(model):
 
 def run_training(tmp_path, config, model, loss_fn=pixel_loss_fn, image_summaries_fn=None,
                  learning_rate=None, metrics_fn=pixel_accuracy):
-  strategy = train_loop.prepare_run(config)
+  strategy = startup.prepare_run(config)
   with strategy.scope():
-    optimizer = train_loop.make_optimizer(config.optimizer, config.mixed_precision, learning_rate)
+    optimizer = optimizers.make_optimizer(config.optimizer, config.mixed_precision, learning_rate)
   task = loop_task(patch_dataset(), loss_fn, metrics_fn, image_summaries_fn)
   return train_loop.train(config, str(tmp_path), strategy=strategy, model=model, task=task,
                           phases=[train_loop.Phase("train", config.train.num_steps, optimizer)])
@@ -137,7 +140,7 @@ def test_mixed_precision_survives_where_naive_float16_overflows(tmp_path):
 @pytest.mark.parametrize("mixed_precision", [False, True])
 def test_forced_inf_loss_skips_the_step_and_keeps_weights(tmp_path, mixed_precision):
   config = tiny_config(steps=3, mixed_precision=mixed_precision)
-  train_loop.prepare_run(config)  # sets the precision policy before the build
+  startup.prepare_run(config)  # sets the precision policy before the build
   model = build_model(2)
   before = [np.array(v) for v in model.variables]
 
@@ -276,3 +279,116 @@ def test_an_evaluation_loss_far_above_the_training_loss_is_a_warning_naming_caus
   assert train_loop.eval_loss_warning(float("nan"), 0.5)
   assert not train_loop.eval_loss_warning(25.0, 0.01)  # over-fitting: a floor of 1 for the ratio
   assert not train_loop.eval_loss_warning(1e8, None)  # no training loss logged yet
+
+
+# Several steps in one compiled call (train.steps_per_loop): nothing the loop promises changes.
+
+
+def indexed_dataset():
+  """Regression batches that carry their index, so that a loss can misbehave at one step."""
+  return tf.data.Dataset.range(1 << 30).map(
+      lambda i: (tf.random.stateless_normal([4, 3], [i, 0]), tf.random.stateless_normal([4, 1], [i, 1]), i))
+
+
+def poisoned_loss(poisoned=(), on_batch=None):
+  """Mean squared error, infinite on the batches in `poisoned`; on_batch(index) runs in Python
+  for every batch (inside the compiled call)."""
+  def loss_fn(model, batch, training):
+    x, y, index = batch
+    loss = tf.reduce_mean(tf.square(model(x, training=training) - y))
+    if on_batch:
+      loss += 0.0 * tf.ensure_shape(tf.py_function(lambda i: float(on_batch(int(i))), [index], tf.float32), [])
+    bad = tf.reduce_any(tf.equal(index, tf.constant(list(poisoned) or [-1], tf.int64)))
+    return tf.where(bad, np.inf, loss), {}
+  return loss_fn
+
+
+def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=1000, dataset=None):
+  config = config_lib.base_config()
+  config.train.num_steps = steps
+  config.train.batch_size = 4
+  config.train.steps_per_loop = steps_per_loop
+  config.train.max_consecutive_nonfinite = max_consecutive
+  config.train.log_every = config.train.eval_every = config.train.checkpoint_every = 1000
+  config.summaries.scalars_every = 1000
+  strategy = startup.prepare_run(config, str(workdir))
+  with strategy.scope():
+    inputs = keras.Input((3,))
+    hidden = keras.layers.BatchNormalization()(keras.layers.Dense(8, activation="relu")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
+    optimizer = optimizers.make_optimizer(config.optimizer, False)
+  task = loop_task(dataset or indexed_dataset(), loss_fn)
+  results = train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
+                             phases=[train_loop.Phase("train", steps, optimizer)])
+  return results, model
+
+
+def checkpoint_values(workdir):
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints")))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name.endswith("VARIABLE_VALUE") and "save_counter" not in name}
+
+
+def model_values(workdir):
+  """The weights and BatchNorm statistics in the newest checkpoint (the optimizer's counters and
+  moments are left out: a skipped step still counts as an Adam iteration)."""
+  return {name: value for name, value in checkpoint_values(workdir).items()
+          if name.startswith(("model/", "optimizer_train/_trainable_variables/"))}
+
+
+def assert_same_values(expected, actual):
+  assert len(expected) >= 8 and expected.keys() == actual.keys()
+  for name in expected:
+    np.testing.assert_array_equal(expected[name], actual[name], err_msg=name)
+
+
+def test_one_step_per_call_and_many_give_identical_weights(tmp_path):
+  keras.utils.set_random_seed(0)
+  run_regression(tmp_path / "one", 12, poisoned_loss(), steps_per_loop=1)
+  keras.utils.set_random_seed(0)
+  run_regression(tmp_path / "five", 12, poisoned_loss(), steps_per_loop=5)  # calls of 5, 5, 2
+  assert_same_values(checkpoint_values(tmp_path / "one"), checkpoint_values(tmp_path / "five"))
+
+
+def test_nonfinite_steps_inside_a_call_are_skipped_counted_and_named(tmp_path, caplog):
+  keras.utils.set_random_seed(0)
+  results, _ = run_regression(tmp_path / "poisoned", 8, poisoned_loss(range(3, 8)))  # one call of 8
+  assert results["nonfinite_steps"] == 5
+  for step in range(4, 9):
+    assert f"step {step}: loss or gradients not finite (loss inf); step skipped" in caplog.text
+  assert "step 3: loss" not in caplog.text
+  # Skipped means unchanged: weights and BatchNorm statistics are those of the first three steps.
+  keras.utils.set_random_seed(0)
+  run_regression(tmp_path / "three", 3, poisoned_loss())
+  assert_same_values(model_values(tmp_path / "three"), model_values(tmp_path / "poisoned"))
+
+
+def test_the_consecutive_limit_inside_a_call_stops_at_that_step_with_the_last_finite_weights(tmp_path):
+  keras.utils.set_random_seed(0)
+  with pytest.raises(train_loop.TrainingDiverged) as error:
+    run_regression(tmp_path / "diverged", 10, poisoned_loss([2, 3, 4]), max_consecutive=3)
+  assert "3 non-finite steps in a row, the last at step 5" in str(error.value)
+  assert checkpoint_values(tmp_path / "diverged")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 5
+  keras.utils.set_random_seed(0)
+  run_regression(tmp_path / "two", 2, poisoned_loss())
+  assert_same_values(model_values(tmp_path / "two"), model_values(tmp_path / "diverged"))
+
+
+def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path):
+  keras.utils.set_random_seed(0)
+  run_regression(tmp_path / "straight", 20, poisoned_loss([6]), steps_per_loop=8)
+
+  def signal_at_batch_10(index):
+    if index == 10:
+      os.kill(os.getpid(), signal.SIGTERM)  # handled once the call of steps 9 to 16 returns
+    return 0
+
+  keras.utils.set_random_seed(0)
+  with pytest.raises(train_loop.TrainingInterrupted) as error:
+    run_regression(tmp_path / "cut", 20, poisoned_loss([6], signal_at_batch_10), steps_per_loop=8)
+  assert "at step 16" in str(error.value)
+  assert checkpoint_values(tmp_path / "cut")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 16
+  keras.utils.set_random_seed(1)  # the resumed run takes everything from the checkpoint
+  results, _ = run_regression(tmp_path / "cut", 20, poisoned_loss([6]), steps_per_loop=8)
+  assert (results["step"], results["steps_run"], results["nonfinite_steps"]) == (20, 4, 1)
+  assert_same_values(checkpoint_values(tmp_path / "straight"), checkpoint_values(tmp_path / "cut"))

@@ -16,7 +16,10 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
+from common import checkpoints
 from common import config as config_lib
+from common import optimizers
+from common import startup
 from common import train_loop
 from common.errors import CheckpointError
 from common.errors import WorkdirError
@@ -48,10 +51,10 @@ def mse_loss(model, batch, training):
 
 
 def run_loop(workdir, config, metrics_fn=None, fingerprint=None):
-  strategy = train_loop.prepare_run(config, str(workdir))
+  strategy = startup.prepare_run(config, str(workdir))
   with strategy.scope():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    optimizer = train_loop.make_optimizer(config.optimizer, False)
+    optimizer = optimizers.make_optimizer(config.optimizer, False)
   task = loop_task(regression_data(), mse_loss, metrics_fn)
   task.input_fingerprint = fingerprint or {"train.batch_size": config.train.batch_size}
   return train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
@@ -190,7 +193,7 @@ def test_every_trainer_fingerprints_its_input(tmp_path, trainer, key, value):
   first = tasks.make_task(base, str(tmp_path)).input_fingerprint
   second = tasks.make_task(changed, str(tmp_path)).input_fingerprint
   assert first and first != second
-  assert train_loop.input_changes(first, second)
+  assert checkpoints.input_changes(first, second)
 
 
 def test_a_file_as_workdir_is_one_line(tmp_path):

@@ -10,8 +10,8 @@ import json
 import os
 
 from common import cli
+from common import startup
 from common import task as common_task
-from common import train_loop
 from common.errors import ConfigError
 from triplet import metrics
 from triplet import task as task_lib
@@ -20,7 +20,7 @@ from triplet import task as task_lib
 def main(argv):
   del argv
   config, workdir = _CONFIG.value, _WORKDIR.value
-  train_loop.prepare_run(config)
+  startup.prepare_run(config)
   if config.data.source == "folder" and not (config.data.eval_dir or config.data.pairs_file):
     raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
   task = task_lib.make_task(config, workdir)

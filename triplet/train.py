@@ -11,8 +11,12 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from common import checkpoints
 from common import cli
+from common import distributed
+from common import startup
 from common import train_loop
+from common import workdir as workdir_lib
 from triplet import task as task_lib
 
 
@@ -24,11 +28,11 @@ def evaluate_before_training(task, model, workdir):
   untrained model and, prefixed RAW_PIXELS, of the raw crops as embeddings."""
   path = os.path.join(workdir, "initial_eval.json")
   if not os.path.exists(path):
-    if tf.train.latest_checkpoint(train_loop.checkpoint_dir(workdir)):
+    if tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)):
       return {}
     results = task.make_evaluate_fn(model)().metrics
     results.update({RAW_PIXELS + k: v for k, v in task_lib.raw_pixel_metrics(task).items()})
-    train_loop.write_json(path, results)
+    workdir_lib.write_json(path, results)
     logging.info("before training: %s", "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
   with open(path) as f:
     return json.load(f)
@@ -49,7 +53,7 @@ def summarize(results, initial):
 
 def train_and_evaluate(config, workdir):
   """Trains, evaluates and exports; returns the final metrics, with "initial_eval" added."""
-  strategy = train_loop.prepare_run(config, workdir)
+  strategy = startup.prepare_run(config, workdir)
   task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()
@@ -57,7 +61,7 @@ def train_and_evaluate(config, workdir):
   logging.info("model: %d parameters; %s", model.count_params(), task.describe)
   initial = evaluate_before_training(task, model, workdir)
   results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  with train_loop.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+  with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
     saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
   print(f"{summarize(results, initial)} at step {results['step']}\n"
         f"outputs in {os.path.abspath(workdir)}: checkpoints/, train/ and eval/ (TensorBoard), "

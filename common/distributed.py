@@ -1,0 +1,147 @@
+"""What several replicas and workers add to a run: batch sizes, input slices, one writer.
+
+train.batch_size is the global batch. Every worker runs the same seeded input
+pipeline and keeps its slice of each global batch, so that its iterator stays
+a plain, checkpointable one (a DistributedIterator cannot be saved); each
+worker keeps its own input positions beside the chief's collective checkpoint.
+"""
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+
+from absl import logging
+import tensorflow as tf
+
+from common import hardware
+from common import workdir as workdir_lib
+from common.errors import CheckpointError
+from common.errors import ConfigError
+
+
+def batch_sizes(global_batch, strategy, workers):
+  """train.batch_size is the global batch: each worker reads its share, each replica a share of that."""
+  replicas = strategy.num_replicas_in_sync
+  if global_batch % replicas:
+    raise ConfigError(f"train.batch_size={global_batch} (the global batch) is not divisible by the "
+                      f"{replicas} replicas ({workers} worker(s) x {replicas // workers})")
+  sizes = {"strategy": type(strategy).__name__, "workers": workers, "replicas": replicas,
+           "global_batch": global_batch, "per_worker_batch": global_batch // workers,
+           "per_replica_batch": global_batch // replicas}
+  logging.info("batch: global %d (train.batch_size) = %d worker(s) x %d replica(s) each x %d per replica; "
+               "each worker reads %d per step (%s)", global_batch, workers, replicas // workers,
+               sizes["per_replica_batch"], sizes["per_worker_batch"], sizes["strategy"])
+  return sizes
+
+
+def worker_input(dataset, sizes, worker):
+  """This worker's shard of the global batches: its slice of each one.
+
+  Every worker keeps the worker-th of each global batch's `workers` slices
+  (tf.data's DATA auto-shard policy, made explicit), so that several workers
+  train on exactly the global batches of a one-worker run.
+  """
+  if sizes["workers"] == 1:
+    return dataset
+  return (dataset.rebatch(sizes["per_worker_batch"], drop_remainder=True)
+          .shard(sizes["workers"], worker)
+          .prefetch(1))
+
+
+def step_devices(strategy):
+  """The devices of this worker's replicas, in replica order."""
+  try:
+    return tuple(strategy.extended.worker_devices)
+  except RuntimeError:  # the default strategy has no device list: its ops go to the first GPU, if any
+    gpus = tf.config.list_logical_devices("GPU")
+    return (gpus[0].name if gpus else tf.config.list_logical_devices("CPU")[0].name,)
+
+
+def to_device(batch, device):
+  """A copy of `batch` on `device`: placed early, the copy overlaps the step before (no-op on the host)."""
+  with tf.device(device):
+    return tf.nest.map_structure(tf.identity, batch)
+
+
+def distribute_batch(batch, strategy):
+  """Splits this worker's host batch across its local replicas, each part on its replica's device."""
+  if strategy.num_replicas_in_sync == 1:
+    return batch
+  devices = step_devices(strategy)
+
+  def replica_value(context):
+    # replica_id_in_sync_group counts the replicas of every worker, each worker's in a row.
+    index = context.replica_id_in_sync_group % len(devices)
+    return to_device(tf.nest.map_structure(lambda t: tf.split(t, len(devices))[index], batch),
+                     devices[index])
+
+  return strategy.experimental_distribute_values_from_function(replica_value)
+
+
+def batch_digest(batch):
+  """A short digest of a batch's contents, to tell which examples a worker read."""
+  digest = hashlib.sha256()
+  for tensor in tf.nest.flatten(batch):
+    digest.update(tensor.numpy().tobytes())
+  return digest.hexdigest()[:16]
+
+
+def barrier(strategy):
+  """Returns once every worker has reached it (a collective sum of ones)."""
+  strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+
+@contextlib.contextmanager
+def chief_path(path, strategy):
+  """`path` on the chief; on other workers a temporary path, removed after the block.
+
+  Every worker takes part in a collective save (checkpoint, SavedModel), but only
+  the chief's copy is kept (TensorFlow's multi-worker guide).
+  """
+  if hardware.is_chief(strategy):
+    yield path
+    return
+  temporary = tempfile.mkdtemp(prefix=f"worker{hardware.worker_index(strategy)}-")
+  try:
+    yield os.path.join(temporary, os.path.basename(os.path.normpath(path)))
+  finally:
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
+def input_positions_dir(checkpoints, worker):
+  """Where worker `worker` of a multi-worker run keeps its input positions, one per checkpoint."""
+  return os.path.join(checkpoints, "input", f"worker{worker}")
+
+
+class InputPositions:
+  """This worker's input iterator saved as `input-<step>` beside each collective checkpoint.
+
+  A CheckpointManager keeps as many positions as checkpoints are kept.
+  """
+
+  def __init__(self, iterator, checkpoints, worker, keep):
+    self.worker = worker
+    self.directory = input_positions_dir(checkpoints, worker)
+    workdir_lib.check_writable(self.directory)
+    workdir_lib.remove_leftovers(self.directory)
+    self.checkpoint = tf.train.Checkpoint(iterator=iterator)
+    self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=keep,
+                                              checkpoint_name="input")
+
+  def save(self, step, strategy):
+    """Writes the position of `step`; every worker writes before the collective checkpoint (the
+    barrier), so a checkpoint never exists without the positions it needs."""
+    with workdir_lib.writing(self.directory):
+      self.manager.save(checkpoint_number=step)
+    barrier(strategy)
+
+  def restore(self, step, restore_fn):
+    path = os.path.join(self.directory, f"input-{step}")
+    if not tf.io.gfile.exists(path + ".index"):
+      raise CheckpointError(
+          f"worker {self.worker} has no input position for step {step} ({path}); run with the same "
+          "workers and workdir as before, or set train.reset_input_pipeline=True to start the input "
+          "afresh")
+    restore_fn(self.checkpoint, path, partial=False)
+    logging.info("worker %d: input position of step %d restored from %s", self.worker, step, path)

@@ -1,0 +1,26 @@
+"""The start of every run: the shared config check, the workdir, devices, determinism, precision."""
+import keras
+
+from common import config as config_lib
+from common import hardware
+from common import workdir as workdir_lib
+
+
+def prepare_run(config, workdir=None):
+  """Checks the shared config and the workdir, then devices, determinism and precision policy;
+  returns the strategy.
+
+  Call first, before any TensorFlow op (GPU options cannot change after) and
+  before building the model (the precision policy applies to layers built after it).
+  A workdir that cannot be written (a file, read-only, full) fails here, before
+  anything is written into it.
+  """
+  config_lib.validate_config(config)
+  if workdir is not None:
+    workdir_lib.check_writable(workdir)
+  hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth)
+  # Before any op: MultiWorkerMirroredStrategy configures the collective ops at start-up.
+  strategy = hardware.make_strategy(config.distribution.strategy)
+  hardware.set_determinism(config.seed, config.deterministic)
+  keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
+  return strategy
