@@ -15,6 +15,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from common import config as config_lib
+from common import signals
 from common import train_loop
 from common.errors import UserError
 
@@ -131,14 +132,14 @@ def run_guarded(function, *args):
   # The training loop records signals itself and checkpoints before it exits; outside it, a
   # signal ends the program with one line (the newest checkpoint is written before every
   # evaluation and before the export).
-  signal.signal(signal.SIGTERM, _interrupt)
+  previous = signal.signal(signal.SIGTERM, _interrupt)
   try:
     return function(*args)
   except UserError as e:
     fail(str(e))
   except train_loop.TrainingDiverged as e:
     fail(f"training diverged: {e}", EXIT_DIVERGED)
-  except train_loop.TrainingInterrupted as e:
+  except signals.TrainingInterrupted as e:
     print(str(e), file=sys.stderr, flush=True)
     sys.exit(128 + e.signum)
   except KeyboardInterrupt as e:
@@ -146,3 +147,5 @@ def run_guarded(function, *args):
     print(f"interrupted by {signal.Signals(signum).name} outside training; every checkpoint "
           "written so far is kept: run the same command again to continue", file=sys.stderr, flush=True)
     sys.exit(128 + signum)
+  finally:
+    signal.signal(signal.SIGTERM, previous)  # a caller (a test, a notebook) gets its handler back

@@ -1,4 +1,5 @@
 """Finding where training went wrong: non-finite values, activation statistics, stalls."""
+import math
 import threading
 import time
 
@@ -104,3 +105,21 @@ class Watchdog:
 
   def __exit__(self, *exc):
     self._stop.set()
+
+
+# An evaluation loss this many times the training loss (or 1, if that is lower) is no over-fitting:
+# the evaluation runs another network than the one training saw.
+EVAL_LOSS_RATIO = 30.0
+
+
+def eval_loss_warning(eval_loss, train_loss):
+  """The warning for an evaluation loss orders of magnitude above the training loss, or None."""
+  if eval_loss is None or train_loss is None:
+    return None
+  if math.isfinite(eval_loss) and eval_loss <= EVAL_LOSS_RATIO * max(train_loss, 1.0):
+    return None
+  return (f"EVALUATION LOSS {eval_loss:.4g} IS FAR ABOVE THE TRAINING LOSS {train_loss:.4g}: the "
+          "evaluation does not run the network that training saw. Likely causes: BatchNorm moving "
+          "statistics not yet adapted to the weights (layers trained from random weights with a "
+          "momentum near 1, e.g. TF-Slim's 0.9997, which inference mode uses), or evaluation "
+          "preprocessing that differs from training's (image scale, crop, normalization)")

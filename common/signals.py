@@ -6,6 +6,8 @@ state: model, optimizer, step and input position of the same step.
 """
 import signal
 
+from absl import logging
+
 
 class TrainingInterrupted(Exception):
   """SIGTERM or SIGINT arrived; the checkpoint of `step` is written."""
@@ -28,10 +30,9 @@ class SignalFlag:
   (saves the newest step, writes metrics.json, returns the checkpoint's path).
   """
 
-  def __init__(self, run, log_warning):
+  def __init__(self, run):
     self.run = run
     self.signum = None
-    self._log_warning = log_warning
     self._previous = {}
 
   def __enter__(self):
@@ -44,8 +45,8 @@ class SignalFlag:
     saved = self.run.saved_step == int(self.run.step)
     if self.signum is not None and saved:
       raise TrainingInterrupted(signum, int(self.run.step), self.run.latest_checkpoint())
-    self._log_warning("received %s: finishing this %s, then %s", signal.Signals(signum).name,
-                      "evaluation" if self.run.evaluating else "compiled call of training steps",
+    logging.warning("received %s: finishing this %s, then %s", signal.Signals(signum).name,
+                    "evaluation" if self.run.evaluating else "compiled call of training steps",
                       "exiting (the checkpoint is written; a second signal exits now)" if saved
                       else "saving a checkpoint")
     self.signum = signum

@@ -19,36 +19,23 @@ counts the step, and stops the run at that step with a report after
 `train.max_consecutive_nonfinite` in a row.
 """
 import dataclasses
-import json
-import math
 import os
-import signal
 import time
 from typing import Callable, Optional
 
 from absl import logging
 import keras
-import numpy as np
 import tensorflow as tf
 
 from common import checkpoints as checkpoints_lib
 from common import diagnostics
 from common import distributed
-from common import hardware
+from common import run_state
+from common import signals as signals_lib
 from common import summaries as summaries_lib
+from common import train_step as train_step_lib
 from common import workdir as workdir_lib
-from common.errors import CheckpointError
 from common.errors import DataError
-from common.errors import WorkdirError
-
-
-class TrainingInterrupted(Exception):
-  """SIGTERM or SIGINT arrived; the checkpoint of `step` is written."""
-
-  def __init__(self, signum, step, checkpoint):
-    super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step}; "
-                     f"checkpoint {checkpoint} written; run the same command again to resume")
-    self.signum = signum
 
 
 class TrainingDiverged(Exception):
@@ -66,68 +53,6 @@ class Phase:
   num_steps: int
   optimizer: keras.optimizers.Optimizer
   prepare: Optional[Callable[[], None]] = None
-
-
-def batch_norm_statistics(model):
-  """The BatchNorm moving statistics, which a training forward pass assigns."""
-  return [v for v in model.non_trainable_variables
-          if v.path.endswith(("moving_mean", "moving_variance"))]
-
-
-def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False):
-  """The compiled step: (distributed batch) -> metrics, updating model and optimizer in place.
-
-  Clipping by global norm happens here, on the gradient summed over replicas:
-  Keras' own clipnorm would clip each replica's part separately. Each replica's
-  loss is its mean over its part of the batch divided by the number of replicas
-  (the loss of the global batch), and its regularization is divided the same
-  way, so that the sum over replicas counts it once (tf.nn.scale_regularization_loss).
-  """
-  variables = model.trainable_variables
-  statistics = batch_norm_statistics(model)
-  replicas = strategy.num_replicas_in_sync
-
-  def replica_step(batch):
-    context = tf.distribute.get_replica_context()
-    saved_statistics = [tf.identity(v) for v in statistics]
-    with tf.GradientTape() as tape:
-      loss, metrics = loss_fn(model, batch, True)
-      regularization = tf.add_n([tf.cast(l, tf.float32) for l in model.losses]) if model.losses else 0.0
-      total = loss + regularization
-      scaled = optimizer.scale_loss(total / replicas)
-    grads = tape.gradient(scaled, variables)
-    if replicas > 1:
-      grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-    finite = tf.logical_and(tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads]),
-                            tf.math.is_finite(total))
-    all_finite = tf.equal(
-        context.all_reduce(tf.distribute.ReduceOp.SUM, 1.0 - tf.cast(finite, tf.float32)), 0.0)
-    scale = tf.cast(optimizer.dynamic_scale, tf.float32)
-    # Gradients are still multiplied by the loss scale, and so is the clipping threshold.
-    if clipnorm:
-      grads, scaled_norm = tf.clip_by_global_norm(grads, clipnorm * scale)
-    else:
-      scaled_norm = tf.linalg.global_norm(grads)
-    # The optimizer sums the replicas' gradients again, hence 1 / replicas. A non-finite loss can
-    # have finite gradients (a loss cut off by tf.where, say), which Adam's momentum would still
-    # apply: NaN gradients make the LossScaleOptimizer skip the step whatever the cause.
-    factor = tf.where(all_finite, 1.0 / replicas, math.nan)
-    optimizer.apply([g * tf.cast(factor, g.dtype) for g in grads], variables)
-    for variable, saved in zip(statistics, saved_statistics):
-      variable.assign(tf.where(all_finite, variable, saved))
-    out = {"loss": loss, "regularization": tf.cast(regularization, tf.float32),
-           "grad_norm": tf.where(all_finite, scaled_norm / scale, 0.0),
-           "finite": tf.cast(all_finite, tf.float32), "loss_scale": scale}
-    out.update(metrics)
-    return out
-
-  @tf.function(jit_compile=jit_compile)
-  def train_step(batch):
-    per_replica = strategy.run(replica_step, args=(batch,))
-    return {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
-            for name, value in per_replica.items()}
-
-  return train_step
 
 
 def make_train_loop(train_step, iterator, strategy, step, max_consecutive, stop_flag=None):
@@ -186,190 +111,6 @@ def _format_seconds(seconds):
   return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-class _SignalFlag:
-  """Records SIGTERM/SIGINT so that the loop can checkpoint before it exits.
-
-  The first signal lets the current compiled call (or evaluation) finish; the
-  loop then saves and exits. A second signal while the newest step is already
-  saved (during an evaluation, which always follows a save) exits at once.
-  """
-
-  def __init__(self, run):
-    self.run = run
-    self.signum = None
-    self._previous = {}
-
-  def __enter__(self):
-    for signum in (signal.SIGTERM, signal.SIGINT):
-      self._previous[signum] = signal.signal(signum, self._record)
-    return self
-
-  def _record(self, signum, frame):
-    del frame
-    name = signal.Signals(signum).name
-    saved = self.run.saved_step == int(self.run.step)
-    if self.signum is not None and saved:
-      raise TrainingInterrupted(signum, int(self.run.step), self.run.latest_checkpoint())
-    logging.warning("received %s: finishing these steps, then %s" if not self.run.evaluating else
-                    "received %s: finishing this evaluation, then %s", name,
-                    "exiting (the checkpoint is written; a second signal exits now)" if saved
-                    else "saving a checkpoint")
-    self.signum = signum
-    if self.run.stop_flag is not None:
-      self.run.stop_flag.assign(1.0)  # the next compiled call tells the other workers
-
-  def check(self, stop=None):
-    """Raises TrainingInterrupted after a signal, with the newest step saved.
-
-    With several workers the checkpoint is collective: a worker stops only after the call
-    whose `stop` (the sum of every worker's flag) says that one of them was signalled, which
-    every worker sees after the same call.
-    """
-    if self.run.stop_flag is not None and stop is not None:
-      if not stop:
-        return
-      self.signum = self.signum or signal.SIGTERM
-    if self.signum is not None:
-      path = self.run.save()
-      _write_metrics(self.run, None, None)
-      raise TrainingInterrupted(self.signum, int(self.run.step), path)
-
-  def __exit__(self, *exc):
-    for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
-
-
-class _Run:
-  """State of one call to `train`: what the loop reads and writes between compiled calls.
-
-  It reads checkpoints from `workdir` and writes into `out`: the workdir on the chief, a
-  temporary folder on the other workers (common.distributed.chief_path).
-  """
-
-  def __init__(self, config, workdir, out, strategy, model, phases, task):
-    self.config = config
-    self.workdir = workdir
-    self.out = out
-    self.strategy = strategy
-    self.chief = out == workdir
-    self.workers = hardware.num_workers(strategy)
-    self.worker = hardware.worker_index(strategy)
-    # Several workers stop together, after a call that tells each of them about a signal.
-    self.stop_flag = tf.Variable(0.0, trainable=False, name="stop_flag") if self.workers > 1 else None
-    self.model = model
-    self.phases = phases
-    self.evaluate_fn = task.make_evaluate_fn(model)
-    self.image_summaries_fn = task.image_summaries_fn
-    self.data_report = task.data_report
-    self.total_steps = sum(p.num_steps for p in phases)
-    self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    self.nonfinite_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
-    self.input_fingerprint = dict(task.input_fingerprint)
-    if self.workers > 1:  # each worker's input position is a slice of the one-worker stream
-      self.input_fingerprint["workers"] = self.workers
-    self.saved_fingerprint = tf.Variable(json.dumps(self.input_fingerprint, sort_keys=True),
-                                         trainable=False, name="input_fingerprint")
-    self.saved_step = None
-    self.evaluating = False
-    self.best = checkpoints_lib.BestWeights(model, workdir, out, config.train.best_metric,
-                                            config.train.best_mode)
-    self.distribution = distributed.batch_sizes(config.train.batch_size, strategy, self.workers)
-    self.iterator = iter(distributed.worker_input(task.train_dataset, self.distribution, self.worker))
-    self.train_summaries = summaries_lib.SummaryBudget(os.path.join(out, "train"), config.summaries)
-    self.eval_summaries = summaries_lib.SummaryBudget(os.path.join(out, "eval"), config.summaries)
-    self.last_eval = {}
-    self.last_evaluation = None
-    self.last_train = {}
-    self.window_rates = []  # steps/s of each progress window of this run
-    self.consecutive_nonfinite = 0
-    self.input_logged = False  # a batch's digest, once per run on several workers
-    self._probe = None
-    self._activation_statistics = None
-    self._build_optimizers()
-    self.state = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
-                      input_fingerprint=self.saved_fingerprint,
-                      **{f"optimizer_{p.name}": p.optimizer for p in phases})
-    checkpoints = checkpoints_lib.checkpoint_dir(workdir)
-    if self.workers > 1:
-      # The collective checkpoint is the chief's; each worker's input position is its own.
-      self.checkpoint = tf.train.Checkpoint(**self.state)
-      self.input_positions = distributed.InputPositions(self.iterator, checkpoints, self.worker,
-                                                        config.train.keep_checkpoints)
-    else:
-      self.checkpoint = tf.train.Checkpoint(iterator=self.iterator, **self.state)
-      self.input_positions = None
-    self.manager = tf.train.CheckpointManager(
-        self.checkpoint, checkpoints_lib.checkpoint_dir(out),
-        max_to_keep=config.train.keep_checkpoints if self.chief else 1)
-
-  def latest_checkpoint(self):
-    """The newest checkpoint of the run, in the workdir (every worker reads the chief's)."""
-    return tf.train.latest_checkpoint(checkpoints_lib.checkpoint_dir(self.workdir))
-
-  def _build_optimizers(self):
-    # Optimizer slots must exist, inside the strategy scope, before a restore or the first step.
-    for phase in self.phases:
-      if phase.prepare:
-        phase.prepare()
-      with self.strategy.scope():
-        phase.optimizer.build(self.model.trainable_variables)
-
-  def restore(self):
-    """Resumes from the newest checkpoint, input position included unless the input changed."""
-    latest = self.latest_checkpoint()
-    if not latest:
-      logging.info("no checkpoint in %s: starting at step 0", checkpoints_lib.checkpoint_dir(self.workdir))
-      return
-    changes = checkpoints_lib.input_changes(checkpoints_lib.saved_fingerprint(latest),
-                                            self.input_fingerprint)
-    if changes and not self.config.train.reset_input_pipeline:
-      raise CheckpointError(
-          f"checkpoint {latest} was written with another input pipeline ({'; '.join(changes)}), so "
-          "its input position does not apply; set train.reset_input_pipeline=True to keep the model, "
-          "optimizer and step and start the input afresh, or go back to the old settings")
-    if changes:
-      checkpoints_lib.restore(tf.train.Checkpoint(**self.state), latest, partial=True)
-      self.saved_fingerprint.assign(json.dumps(self.input_fingerprint, sort_keys=True))
-      logging.warning("resuming from %s at step %d with a fresh input pipeline "
-                      "(train.reset_input_pipeline; %s)", latest, int(self.step), "; ".join(changes))
-    else:
-      checkpoints_lib.restore(self.checkpoint, latest, partial=False)
-      if self.input_positions:
-        self.input_positions.restore(int(self.step), checkpoints_lib.restore)
-      logging.info("resuming from %s at step %d", latest, int(self.step))
-    self.saved_step = int(self.step)
-
-  def save(self):
-    """Saves the newest step (once); a failed write keeps the last good checkpoint and is one line."""
-    step = int(self.step)
-    if self.saved_step == step:
-      return self.latest_checkpoint()
-    if self.input_positions:
-      self.input_positions.save(step, self.strategy)
-    try:
-      path = self.manager.save(checkpoint_number=step)
-    except (OSError, tf.errors.OpError) as e:
-      message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise WorkdirError(
-          f"cannot write a checkpoint of step {step} to {self.manager.directory} ({message}); "
-          f"free space or make it writable, then run again: the last good checkpoint "
-          f"{self.latest_checkpoint() or '(none)'} is intact") from None
-    self.saved_step = step
-    return os.path.join(checkpoints_lib.checkpoint_dir(self.workdir), os.path.basename(path))
-
-  @property
-  def probe(self):
-    if self._probe is None:
-      self._probe = diagnostics.activation_model(self.model)
-    return self._probe
-
-  @property
-  def activation_statistics(self):
-    if self._activation_statistics is None:
-      self._activation_statistics = diagnostics.make_activation_statistics(self.probe)
-    return self._activation_statistics
-
-
 def train(config, workdir, *, strategy, model, phases, task):
   """Trains `model` through `phases` and returns the final metrics (also in workdir/metrics.json).
 
@@ -390,12 +131,12 @@ def train(config, workdir, *, strategy, model, phases, task):
     checkpoints = checkpoints_lib.checkpoint_dir(out)
     workdir_lib.check_writable(out, checkpoints)
     workdir_lib.remove_leftovers(checkpoints)
-    run = _Run(config, workdir, out, strategy, model, phases, task)
+    run = run_state.RunState(config, workdir, out, strategy, model, phases, task)
     run.restore()
     workdir_lib.write_run_config(config, out)
     start_time = time.time()
     start_step = int(run.step)
-    with _SignalFlag(run) as signals, diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
+    with signals_lib.SignalFlag(run) as signals, diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
       phase_end = 0
       for phase in phases:
         phase_end += phase.num_steps
@@ -406,7 +147,7 @@ def train(config, workdir, *, strategy, model, phases, task):
       if not run.last_eval or run.last_eval.get("step") != int(run.step):
         _evaluate(run)
       signals.check()
-    results = _write_metrics(run, time.time() - start_time, int(run.step) - start_step)
+    results = run.write_metrics(time.time() - start_time, int(run.step) - start_step)
     run.best.load_into_model()
     if run.last_evaluation:
       with workdir_lib.writing(os.path.join(out, "eval")):
@@ -438,7 +179,7 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
   logging.info("phase '%s': steps %d to %d, %d trainable variables, up to %d steps per compiled call",
                phase.name, phase_end - phase.num_steps, phase_end, len(run.model.trainable_variables),
                config.train.steps_per_loop)
-  train_step = make_train_step(run.model, phase.optimizer, loss_fn, run.strategy,
+  train_step = train_step_lib.make_train_step(run.model, phase.optimizer, loss_fn, run.strategy,
                                config.optimizer.clipnorm, config.train.jit_compile)
   loop, names = make_train_loop(train_step, run.iterator, run.strategy, run.step,
                          config.train.max_consecutive_nonfinite, run.stop_flag)
@@ -586,51 +327,11 @@ def _evaluate(run):
   results = {name: float(value) for name, value in run.last_evaluation.metrics.items()}
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
-  warning = eval_loss_warning(results.get("loss"), run.last_train.get("loss"))
+  warning = diagnostics.eval_loss_warning(results.get("loss"), run.last_train.get("loss"))
   if warning:
     logging.warning("%s", warning)
   run.eval_summaries.write_scalars(step, results)
   run.eval_summaries.flush()
   run.last_eval = dict(results, step=step)
   run.best.offer(results, step)
-  _write_metrics(run, None, None)
-
-
-# An evaluation loss this many times the training loss (or 1, if that is lower) is no over-fitting:
-# the evaluation runs another network than the one training saw.
-EVAL_LOSS_RATIO = 30.0
-
-
-def eval_loss_warning(eval_loss, train_loss):
-  """The warning for an evaluation loss orders of magnitude above the training loss, or None."""
-  if eval_loss is None or train_loss is None:
-    return None
-  if math.isfinite(eval_loss) and eval_loss <= EVAL_LOSS_RATIO * max(train_loss, 1.0):
-    return None
-  return (f"EVALUATION LOSS {eval_loss:.4g} IS FAR ABOVE THE TRAINING LOSS {train_loss:.4g}: the "
-          "evaluation does not run the network that training saw. Likely causes: BatchNorm moving "
-          "statistics not yet adapted to the weights (layers trained from random weights with a "
-          "momentum near 1, e.g. TF-Slim's 0.9997, which inference mode uses), or evaluation "
-          "preprocessing that differs from training's (image scale, crop, normalization)")
-
-
-def _write_metrics(run, wall_time_s, steps_run):
-  payload = {
-      "step": int(run.step),
-      "nonfinite_steps": int(run.nonfinite_steps),
-      "train": run.last_train,
-      "eval": run.last_eval,
-      "summary_bytes": run.train_summaries.bytes_written() + run.eval_summaries.bytes_written(),
-      "summaries_refused": run.train_summaries.refused + run.eval_summaries.refused,
-      "data": run.data_report,
-      "best": run.best.best,
-      "distribution": run.distribution,
-  }
-  if wall_time_s is not None:
-    payload["wall_time_s"] = wall_time_s
-    payload["steps_run"] = steps_run
-    # The first window holds the tracing of the compiled call; the median of the others is the speed.
-    payload["steps_per_second"] = float(np.median(run.window_rates[1:] or run.window_rates or [0.0]))
-  with workdir_lib.writing(run.out):
-    workdir_lib.write_json(os.path.join(run.out, "metrics.json"), payload)
-  return payload
+  run.write_metrics()

@@ -15,6 +15,7 @@ from common import export as export_lib
 from common import optimizers
 from common import task as task_lib
 from common import train_loop
+from common import train_step
 from common.errors import ConfigError
 from inception_finetune import data as data_lib
 from inception_finetune import inception_v4
@@ -160,7 +161,7 @@ def make_batch_norm_calibration(config, new_dataset):
       return
     statistics = [v for layer in layers for v in (layer.moving_mean, layer.moving_variance)]
     calibrated = {id(v) for v in statistics}
-    kept = [(v, tf.identity(v)) for v in train_loop.batch_norm_statistics(model)
+    kept = [(v, tf.identity(v)) for v in train_step.batch_norm_statistics(model)
             if id(v) not in calibrated]
     momenta = [layer.momentum for layer in layers]
     key = (id(model), tuple(layer.trainable for layer in model.layers))

@@ -10,7 +10,7 @@ For each trainer, with its config preset, the table has a row per variant
 with several phases (Inception V4: head, then unfrozen blocks), per phase:
   first step s    tracing, XLA compilation and one step;
   steps/s, train img/s  the trainer's own compiled step
-      (common/train_loop.make_train_step) on two batches taken from its
+      (common/train_step.make_train_step) on two batches taken from its
       pipeline beforehand, so that input time is not in it;
   loop steps/s    the trainer's whole loop (common/train_loop.train, with
       the preset's steps_per_loop, log and summary settings) over the same
@@ -61,6 +61,7 @@ from common import distributed  # pylint: disable=g-import-not-at-top
 from common import hardware  # pylint: disable=g-import-not-at-top
 from common import optimizers  # pylint: disable=g-import-not-at-top
 from common import train_loop  # pylint: disable=g-import-not-at-top
+from common import train_step  # pylint: disable=g-import-not-at-top
 from common.errors import ConfigError  # pylint: disable=g-import-not-at-top
 from common.errors import UserError  # pylint: disable=g-import-not-at-top
 from scripts import flops as flops_lib  # pylint: disable=g-import-not-at-top
@@ -283,9 +284,9 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
       reset_rss = measure.reset_peak_rss()[1]
       if device:
         tf.config.experimental.reset_memory_stats(device)
-      train_step = train_loop.make_train_step(model, phase.optimizer, task.loss_fn, strategy,
+      step_fn = train_step.make_train_step(model, phase.optimizer, task.loss_fn, strategy,
                                               config.optimizer.clipnorm, jit_compile=xla)
-      first, seconds, steps = time_train_step(train_step, replica_batches, settings)
+      first, seconds, steps = time_train_step(step_fn, replica_batches, settings)
       progress(f"{name} {phase.name}: the trainer's loop")
       loop_rate = time_train_loop(task, config, strategy, model, phase, batches, steps, settings.windows,
                                   os.path.join(workdir, f"{name}-{phase.name}"), xla)
@@ -430,9 +431,9 @@ def measure_full_network(result, strategy):
   for name in ("float32", "float32+xla"):
     if name in settings.variants:
       progress(f"{name} all layers: training step (for the timm peer)")
-      train_step = train_loop.make_train_step(model, optimizer, task.loss_fn, strategy,
+      step_fn = train_step.make_train_step(model, optimizer, task.loss_fn, strategy,
                                               config.optimizer.clipnorm, jit_compile=name.endswith("xla"))
-      _, seconds, steps = time_train_step(train_step, batches, settings)
+      _, seconds, steps = time_train_step(step_fn, batches, settings)
       rates[name] = config.train.batch_size / seconds
   return rates, steps
 

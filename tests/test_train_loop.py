@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 
 from common import config as config_lib
+from common import diagnostics
 from common import optimizers
+from common import signals
 from common import startup
 from common import train_loop
 from common.errors import ConfigError
@@ -276,9 +278,9 @@ def test_an_evaluation_loss_far_above_the_training_loss_is_a_warning_naming_caus
   warnings = [r.getMessage() for r in caplog.records if "EVALUATION LOSS" in r.getMessage()]
   assert len(warnings) == 1 and warnings[0].startswith("EVALUATION LOSS 1e+08 IS FAR ABOVE"), warnings
   assert "BatchNorm moving statistics" in warnings[0] and "preprocessing" in warnings[0]
-  assert train_loop.eval_loss_warning(float("nan"), 0.5)
-  assert not train_loop.eval_loss_warning(25.0, 0.01)  # over-fitting: a floor of 1 for the ratio
-  assert not train_loop.eval_loss_warning(1e8, None)  # no training loss logged yet
+  assert diagnostics.eval_loss_warning(float("nan"), 0.5)
+  assert not diagnostics.eval_loss_warning(25.0, 0.01)  # over-fitting: a floor of 1 for the ratio
+  assert not diagnostics.eval_loss_warning(1e8, None)  # no training loss logged yet
 
 
 # Several steps in one compiled call (train.steps_per_loop): nothing the loop promises changes.
@@ -384,7 +386,7 @@ def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path
     return 0
 
   keras.utils.set_random_seed(0)
-  with pytest.raises(train_loop.TrainingInterrupted) as error:
+  with pytest.raises(signals.TrainingInterrupted) as error:
     run_regression(tmp_path / "cut", 20, poisoned_loss([6], signal_at_batch_10), steps_per_loop=8)
   assert "at step 16" in str(error.value)
   assert checkpoint_values(tmp_path / "cut")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 16

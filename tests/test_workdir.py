@@ -19,6 +19,7 @@ import tensorflow as tf
 from common import checkpoints
 from common import config as config_lib
 from common import optimizers
+from common import signals
 from common import startup
 from common import train_loop
 from common.errors import CheckpointError
@@ -78,7 +79,7 @@ def test_sigterm_during_the_final_evaluation_keeps_the_last_step(tmp_path):
     os.kill(os.getpid(), signal.SIGTERM)  # arrives while the final evaluation runs
     return {"score": 1.0}
 
-  with pytest.raises(train_loop.TrainingInterrupted) as error:
+  with pytest.raises(signals.TrainingInterrupted) as error:
     run_loop(tmp_path, tiny_config(steps=6), signalling_evaluation)
   assert error.value.signum == signal.SIGTERM
   assert checkpoint_step(tmp_path) == 6
@@ -98,7 +99,7 @@ def test_a_second_signal_stops_a_long_evaluation_at_once(tmp_path):
       time.sleep(0.1)
     return {"score": 1.0}
 
-  with pytest.raises(train_loop.TrainingInterrupted) as error:
+  with pytest.raises(signals.TrainingInterrupted) as error:
     run_loop(tmp_path, tiny_config(steps=4), long_evaluation)
   assert time.time() - times["second"] < 5
   assert error.value.signum == signal.SIGINT
