@@ -1,9 +1,11 @@
-"""Devices: report, GPU kernel check, memory limit, determinism, strategy.
+"""Devices: report, GPU diagnosis, memory limit, determinism, strategy.
 
-TensorFlow silently ignores a GPU whose compute capability is below the
+TensorFlow silently trains on the CPU when it cannot use the GPU: a build
+without CUDA, CUDA libraries it cannot load, or a compute capability below the
 smallest one its wheel was built for (a GTX 960M, 5.0, under tensorflow 2.17
-and later) and trains on the CPU. The kernel check below says so, using
-nvidia-smi to see GPUs that TensorFlow ignored.
+and later). diagnose_gpu() says which and the pip command that fixes it, using
+nvidia-smi to see GPUs that TensorFlow ignored; every run's start
+(configure_devices) and scripts/check_gpu.py print its line.
 """
 import dataclasses
 import os
@@ -27,6 +29,8 @@ RELEASE_KERNELS = (
     ("2.16.2", ("sm_50", "sm_60", "sm_70", "sm_80", "compute_90")),
 )
 
+LAST_WINDOWS_GPU_RELEASE = (2, 10)  # native Windows wheels after it are CPU-only
+
 _ARCH_PATTERN = re.compile(r"^(sm|compute)_(\d+)(\d)([a-z]?)$")
 
 
@@ -40,10 +44,29 @@ class GpuInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelCheck:
-  """Whether TensorFlow has kernels for a GPU; message says what to do if not."""
-  ok: bool
-  message: str
+class TfBuild:
+  """The installed TensorFlow: version, tf.sysconfig.get_build_info() and sys.platform."""
+  version: str
+  info: dict
+  platform: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuDiagnosis:
+  """Whether TensorFlow can train on one GPU; if not, why and the command that fixes it."""
+  gpu: GpuInfo
+  usable: bool
+  reason: str
+  fix: str = ""  # "" when no supported release fixes it
+
+  @property
+  def message(self):
+    """One line: the GPU, then what TensorFlow does with it and why, then the fix."""
+    label = (f"GPU {self.gpu.index} ({self.gpu.name}, compute capability "
+             f"{format_capability(self.gpu.capability)})")
+    if self.usable:
+      return f"{label}: {self.reason}"
+    return f"{label} is not used: {self.reason}" + (f"; fix: {self.fix}" if self.fix else "")
 
 
 def format_capability(capability):
@@ -93,37 +116,59 @@ def recommend_release(capability):
   return None
 
 
-def describe_kernel_support(capability, build_archs, tf_version, gpu_label="GPU"):
-  """Pure check of one GPU against a TensorFlow build; returns a KernelCheck."""
-  cap = format_capability(capability)
-  if not build_archs:
-    return KernelCheck(False, (
-        f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} "
-        "was built without CUDA: install tensorflow[and-cuda] on Linux or WSL2"))
-  arch = find_kernel_arch(capability, build_archs)
-  built = ", ".join(build_archs)
-  if arch and arch.startswith("compute_"):
-    return KernelCheck(True, (
-        f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} runs "
-        f"on it through {arch} PTX, compiled by the driver at start-up "
-        "(the first run can take minutes)"))
-  if arch:
-    return KernelCheck(True, (
-        f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} "
-        f"has kernels for it ({arch})"))
+def parse_version(version):
+  """'2.16.2' -> (2, 16, 2); suffixes such as rc1 are dropped."""
+  return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def pip_install(version):
+  return f'pip install "tensorflow[and-cuda]=={version}"'
+
+
+def release_fix(capability):
+  """The pip command of the newest supported release with kernels for capability, or ""."""
   advice = recommend_release(capability)
-  if advice:
-    version, release_arch = advice
-    last = "the newest" if version == RELEASE_KERNELS[0][0] else "the last"
-    install = (f'install tensorflow[and-cuda]=={version}, {last} release '
-               f"built with {release_arch}")
+  if not advice:
+    return ""
+  version, arch = advice
+  last = "the newest" if version == RELEASE_KERNELS[0][0] else "the last"
+  return f"{pip_install(version)} ({last} release built with {arch})"
+
+
+def diagnose_gpu(gpu, build):
+  """Pure: a GpuDiagnosis of gpu (a GpuInfo) under build (a TfBuild)."""
+  if gpu.capability is None:
+    if gpu.source == "tensorflow":
+      return GpuDiagnosis(gpu, True, f"tensorflow {build.version} uses it")
+    return GpuDiagnosis(gpu, False, (
+        "tensorflow does not list it and nvidia-smi is too old to report its compute capability"))
+  archs = build.info.get("cuda_compute_capabilities", [])
+  arch = find_kernel_arch(gpu.capability, archs)
+  fix = release_fix(gpu.capability)
+  if build.platform == "win32" and parse_version(build.version)[:2] > LAST_WINDOWS_GPU_RELEASE:
+    reason = f"tensorflow {build.version} on native Windows has no GPU support (2.10 was the last with it)"
+    fix = f"in WSL2 (Ubuntu, with the Windows NVIDIA driver) run {fix}" if fix else ""
+  elif not (build.info.get("is_cuda_build") and archs):
+    reason = f"tensorflow {build.version} was built without CUDA"
+  elif not arch:
+    reason = f"tensorflow {build.version} has kernels for {', '.join(archs)} only"
+  elif gpu.source != "tensorflow":
+    cuda = build.info.get("cuda_version")
+    return GpuDiagnosis(gpu, False, (
+        f"tensorflow {build.version} has kernels for it ({arch}) but does not see it: its CUDA "
+        "libraries are missing or do not match the driver"), (
+            f"{pip_install(build.version)} (brings CUDA {cuda} and cuDNN "
+            f"{build.info.get('cudnn_version')}; the NVIDIA driver must support CUDA {cuda})"))
+  elif arch.startswith("compute_"):
+    return GpuDiagnosis(gpu, True, (
+        f"tensorflow {build.version} runs on it through {arch} PTX, compiled by the driver at "
+        "start-up (the first run can take minutes)"))
   else:
-    install = (f"no tensorflow release from {RELEASE_KERNELS[-1][0]} to "
-               f"{RELEASE_KERNELS[0][0]} has kernels for it: use the CPU or "
-               "build tensorflow from source for this capability")
-  return KernelCheck(False, (
-      f"{gpu_label} has compute capability {cap}; tensorflow {tf_version} has "
-      f"kernels for {built} only; {install}"))
+    return GpuDiagnosis(gpu, True, f"tensorflow {build.version} has kernels for it ({arch})")
+  if not fix:
+    reason += (f"; no tensorflow release from {RELEASE_KERNELS[-1][0]} to {RELEASE_KERNELS[0][0]} "
+               "has kernels for it: use the CPU or build tensorflow from source for this capability")
+  return GpuDiagnosis(gpu, False, reason, fix)
 
 
 def parse_nvidia_smi(text):
@@ -168,24 +213,17 @@ def list_gpus():
   return list_tf_gpus() or query_nvidia_smi()
 
 
-def build_archs():
-  """CUDA architectures the installed TensorFlow has kernels for ([] for CPU builds)."""
-  return list(tf.sysconfig.get_build_info().get("cuda_compute_capabilities", []))
+def installed_build():
+  """The TfBuild of the TensorFlow this process imported."""
+  return TfBuild(tf.__version__, dict(tf.sysconfig.get_build_info()), sys.platform)
 
 
-def check_gpu_kernels(gpus=None):
-  """KernelCheck per GPU for the installed TensorFlow; warns on the bad ones."""
-  checks = []
-  for gpu in list_gpus() if gpus is None else gpus:
-    label = f"GPU {gpu.index} ({gpu.name})"
-    if gpu.capability is None:
-      checks.append(KernelCheck(False, f"{label}: compute capability unknown"))
-    else:
-      checks.append(describe_kernel_support(
-          gpu.capability, build_archs(), tf.__version__, label))
-    if not checks[-1].ok:
-      logging.warning("%s", checks[-1].message)
-  return checks
+def warn_unusable_gpus(build, gpus):
+  """One warning line per GPU that build cannot train on, naming the fix."""
+  for gpu in gpus:
+    diagnosis = diagnose_gpu(gpu, build)
+    if not diagnosis.usable:
+      logging.warning("%s", diagnosis.message)
 
 
 def configure_devices(memory_limit_mb=0, memory_growth=True):
@@ -207,26 +245,28 @@ def configure_devices(memory_limit_mb=0, memory_growth=True):
     raise RuntimeError(
         "configure_devices() must run before TensorFlow initializes the GPUs "
         f"(before any op or model is created): {e}") from e
-  report = device_report(memory_limit_mb)
+  # Listed once: the report and the warnings describe the same GPUs, nvidia-smi runs once.
+  build, gpus = installed_build(), list_gpus()
+  report = device_report(build, gpus, memory_limit_mb)
   for line in report.splitlines():
     logging.info("%s", line)
-  check_gpu_kernels()
+  warn_unusable_gpus(build, gpus)
   return report
 
 
-def device_report(memory_limit_mb=0):
-  """A few lines: TensorFlow, Python, CPUs, oneDNN setting and each GPU."""
-  info = tf.sysconfig.get_build_info()
+def device_report(build, gpus, memory_limit_mb=0):
+  """A few lines: TensorFlow, Python, CPUs, oneDNN setting and each GPU (a GpuInfo list)."""
+  info = build.info
   cuda = (f"CUDA {info.get('cuda_version')}, cuDNN {info.get('cudnn_version')}"
           if info.get("is_cuda_build") else "no CUDA")
   onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (TensorFlow's default)")
   lines = [
-      f"tensorflow {tf.__version__} ({cuda}), keras {keras.__version__}, "
+      f"tensorflow {build.version} ({cuda}), keras {keras.__version__}, "
       f"python {platform.python_version()}, {sys.platform} {platform.machine()}",
       f"CPU: {cpu_name()}, {usable_cpus()} logical cores usable of {os.cpu_count()}, "
       f"TF_ENABLE_ONEDNN_OPTS={onednn}",
   ]
-  for gpu in list_gpus():
+  for gpu in gpus:
     if gpu.source != "tensorflow":
       note = " (seen by the driver, NOT used by tensorflow)"
     elif memory_limit_mb > 0:

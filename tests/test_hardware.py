@@ -1,4 +1,7 @@
-"""Tests for common/hardware.py: kernel check (pure), device report, determinism."""
+"""Tests for common/hardware.py: CUDA architectures, nvidia-smi, device report, determinism.
+
+The GPU diagnosis and its warning: tests/test_gpu_warning.py.
+"""
 import os
 
 import numpy as np
@@ -6,26 +9,8 @@ import pytest
 import tensorflow as tf
 
 from common import hardware
-from scripts import check_gpu
 
 TF_2_21 = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
-TF_2_16 = ["sm_50", "sm_60", "sm_70", "sm_80", "compute_90"]
-
-
-def test_gtx960m_on_2_21_recommends_2_16_2():
-  check = hardware.describe_kernel_support(
-      (5, 0), TF_2_21, "2.21.0", "GPU 0 (GeForce GTX 960M)")
-  assert not check.ok
-  assert "GPU 0 (GeForce GTX 960M) has compute capability 5.0" in check.message
-  assert "tensorflow 2.21.0" in check.message
-  assert "tensorflow[and-cuda]==2.16.2" in check.message
-  assert "sm_50" in check.message
-
-
-def test_gtx960m_on_2_16_2_is_ok():
-  check = hardware.describe_kernel_support((5, 0), TF_2_16, "2.16.2")
-  assert check.ok
-  assert "sm_50" in check.message
 
 
 @pytest.mark.parametrize("capability,archs,arch", [
@@ -35,9 +20,6 @@ def test_gtx960m_on_2_16_2_is_ok():
     ((12, 0), TF_2_21, "compute_90"),  # PTX is compiled for newer GPUs
 ])
 def test_supported_capabilities(capability, archs, arch):
-  check = hardware.describe_kernel_support(capability, archs, "2.21.0")
-  assert check.ok
-  assert arch in check.message
   assert hardware.find_kernel_arch(capability, archs) == arch
 
 
@@ -48,19 +30,6 @@ def test_supported_capabilities(capability, archs, arch):
 ])
 def test_unsupported_capabilities(capability, archs):
   assert hardware.find_kernel_arch(capability, archs) is None
-  assert not hardware.describe_kernel_support(capability, archs, "2.21.0").ok
-
-
-def test_capability_no_release_supports():
-  check = hardware.describe_kernel_support((3, 5), TF_2_16, "2.16.2")
-  assert not check.ok
-  assert "no tensorflow release from 2.16.2 to 2.21.0" in check.message
-
-
-def test_cpu_only_build():
-  check = hardware.describe_kernel_support((8, 6), [], "2.21.0")
-  assert not check.ok
-  assert "without CUDA" in check.message
 
 
 def test_parse_arch():
@@ -80,14 +49,6 @@ def test_parse_nvidia_smi():
   assert all(g.source == "nvidia-smi" for g in gpus)
 
 
-def test_check_gpu_kernels_on_given_gpus():
-  gpus = [hardware.GpuInfo(0, "Tiny GPU", (1, 0)), hardware.GpuInfo(1, "Mystery GPU", None)]
-  checks = hardware.check_gpu_kernels(gpus)
-  assert [c.ok for c in checks] == [False, False]
-  assert "GPU 0 (Tiny GPU) has compute capability 1.0" in checks[0].message
-  assert "unknown" in checks[1].message
-
-
 def test_configure_devices_reports_on_cpu(monkeypatch):
   monkeypatch.setattr(hardware, "query_nvidia_smi", lambda: [])
   report = hardware.configure_devices(memory_limit_mb=0, memory_growth=True)
@@ -99,10 +60,8 @@ def test_configure_devices_reports_on_cpu(monkeypatch):
 
 
 def test_device_report_shows_gpus_tensorflow_ignored(monkeypatch):
-  monkeypatch.setattr(hardware, "list_tf_gpus", lambda: [])
-  monkeypatch.setattr(hardware, "query_nvidia_smi", lambda: [
+  report = hardware.device_report(hardware.installed_build(), [
       hardware.GpuInfo(0, "GeForce GTX 960M", (5, 0), source="nvidia-smi")])
-  report = hardware.device_report()
   assert "GPU 0: GeForce GTX 960M, compute capability 5.0 (seen by the driver, NOT used" in report
 
 
@@ -120,50 +79,3 @@ def test_make_strategy_default_on_one_device(monkeypatch):
   if len(tf.config.list_logical_devices("GPU")) > 1:
     pytest.skip("several GPUs: MirroredStrategy is expected")
   assert hardware.make_strategy() is tf.distribute.get_strategy()
-
-
-# scripts/check_gpu.py
-BUILD_2_21 = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
-              "cuda_compute_capabilities": TF_2_21}
-
-
-def test_check_gpu_gtx960m_ignored_by_2_21():
-  gpu = hardware.GpuInfo(0, "NVIDIA GeForce GTX 960M", (5, 0), source="nvidia-smi")
-  lines, usable = check_gpu.diagnose("linux", "2.21.0", BUILD_2_21, [], [gpu])
-  text = "\n".join(lines)
-  assert not usable
-  assert "CUDA 12.5.1, cuDNN 9" in text
-  assert "GPU 0: NVIDIA GeForce GTX 960M, compute capability 5.0" in text
-  assert 'fix: pip install "tensorflow[and-cuda]==2.16.2"' in text
-  assert "mixed precision saves memory there, not time" in text
-
-
-def test_check_gpu_usable_gpu():
-  gpu = hardware.GpuInfo(0, "NVIDIA H200", (9, 0))
-  lines, usable = check_gpu.diagnose("linux", "2.21.0", BUILD_2_21, [gpu], [])
-  assert usable
-  assert "compute_90" in lines[-1]
-
-
-def test_check_gpu_driver_sees_gpu_tensorflow_does_not():
-  gpu = hardware.GpuInfo(0, "NVIDIA GeForce RTX 3060", (8, 6), source="nvidia-smi")
-  lines, usable = check_gpu.diagnose("linux", "2.21.0", BUILD_2_21, [], [gpu])
-  assert not usable
-  assert 'CUDA libraries are missing' in lines[-1]
-  assert 'pip install "tensorflow[and-cuda]==2.21.0"' in lines[-1]
-
-
-def test_check_gpu_native_windows_points_to_wsl2():
-  gpu = hardware.GpuInfo(0, "NVIDIA GeForce GTX 960M", (5, 0), source="nvidia-smi")
-  lines, usable = check_gpu.diagnose("win32", "2.16.2", {"is_cuda_build": False}, [], [gpu])
-  assert not usable
-  assert "no GPU support" in lines[-1] and "WSL2" in lines[-1]
-
-
-def test_check_gpu_without_gpu_exits_1(monkeypatch, capsys):
-  monkeypatch.setattr(hardware, "list_tf_gpus", lambda: [])
-  monkeypatch.setattr(hardware, "query_nvidia_smi", lambda: [])
-  assert check_gpu.main() == 1
-  out = capsys.readouterr().out
-  assert f"tensorflow {tf.__version__}" in out
-  assert "no NVIDIA GPU found" in out
