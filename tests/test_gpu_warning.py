@@ -6,7 +6,7 @@ import pytest
 
 from common import config as config_lib
 from common import hardware
-from common import train_loop
+from common import startup
 from scripts import check_gpu
 
 KERNELS = dict(hardware.RELEASE_KERNELS)
@@ -72,7 +72,7 @@ def test_run_start_warns_once_per_unusable_gpu(fake_machine, caplog, build, gpus
 def test_every_run_starts_with_the_warning(fake_machine, caplog):
   fake_machine(CUDA_2_21, [RTX_3060])
   with caplog.at_level(logging.INFO):
-    train_loop.prepare_run(config_lib.base_config())
+    startup.prepare_run(config_lib.base_config())
   assert gpu_warnings(caplog) == [NO_CUDA_LIBRARIES_RTX_3060]
 
 
