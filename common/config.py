@@ -50,6 +50,9 @@ def base_config():
   # and a call also ends at the next log line, summary, checkpoint, evaluation or phase end.
   # Signals are honoured between calls, so keep a call well under a second on the device.
   config.train.steps_per_loop = 100
+  # ... and no more than fill this many seconds (judged from the last call), so that a signal is
+  # honoured within about that long even where one step takes a second; 0 = no limit.
+  config.train.seconds_per_loop = 1.0
   # Resume from a checkpoint whose input pipeline differs (batch size, files...): keep the model,
   # optimizer and step, and start the input from a fresh position.
   config.train.reset_input_pipeline = False
@@ -229,6 +232,7 @@ def validate_config(config):
                        "summaries.histograms_every", "summaries.max_summary_bytes"], POSITIVE_INT),
       "train.stall_update_ratio": NON_NEGATIVE,
       "train.stall_timeout_s": NON_NEGATIVE,  # 0 = off
+      "train.seconds_per_loop": NON_NEGATIVE,  # 0 = no limit
       "train.jit_compile": BOOL,
       "train.reset_input_pipeline": BOOL,
       "train.best_metric": STRING,

@@ -157,10 +157,9 @@ def train(config, workdir, *, strategy, model, phases, task):
     return results
 
 
-def _next_boundary(run, step, phase_end):
+def _next_boundary(run, step, phase_end, max_steps):
   """The step at which the compiled call starting after `step` ends: the nearest of the phase end,
-  train.steps_per_loop steps on, and the next step due for a log line, summary, checkpoint or
-  evaluation."""
+  max_steps on, and the next step due for a log line, summary, checkpoint or evaluation."""
   config, budget = run.config, run.train_summaries
   cadences = [config.train.log_every, config.train.checkpoint_every, config.train.eval_every,
               config.summaries.scalars_every]
@@ -169,7 +168,18 @@ def _next_boundary(run, step, phase_end):
   if budget.histograms_due(0):
     cadences.append(config.summaries.histograms_every)
   due = min((step // every + 1) * every for every in cadences)
-  return min(phase_end, step + config.train.steps_per_loop, due)
+  return min(phase_end, step + max_steps, due)
+
+
+def _call_length(config, seconds_per_step):
+  """At most train.steps_per_loop steps, and no more than fill train.seconds_per_loop (so that a
+  signal is honoured soon after it arrives, however slow the step); one step while the speed is
+  unknown (the first call, which traces). Where calls end does not change the weights."""
+  if not config.train.seconds_per_loop:
+    return config.train.steps_per_loop
+  if seconds_per_step is None:
+    return 1
+  return max(1, min(config.train.steps_per_loop, int(config.train.seconds_per_loop / seconds_per_step)))
 
 
 def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
@@ -185,16 +195,21 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
                          config.train.max_consecutive_nonfinite, run.stop_flag)
   window = _Window(run.model.trainable_variables)
   step = int(run.step)
+  seconds_per_step, traced = None, False
   while step < phase_end:
-    first = step
+    first, started = step, time.monotonic()
     try:
-      out = loop(tf.constant(_next_boundary(run, step, phase_end) - step, tf.int32),
+      out = loop(tf.constant(_next_boundary(run, step, phase_end, _call_length(config, seconds_per_step))
+                             - step, tf.int32),
                  tf.constant(run.consecutive_nonfinite, tf.int32))
     except tf.errors.OutOfRangeError:
       raise DataError(f"the training dataset ended at step {int(run.step)}; it must repeat "
                       "(.repeat())") from None
     rows = out["metrics"].numpy()  # the one read of the call's metrics
     step = int(run.step)
+    if traced:  # the first call's time is mostly tracing
+      seconds_per_step = (time.monotonic() - started) / max(step - first, 1)
+    traced = True
     watchdog.beat(step)
     batch = out["last_batch"]
     if run.workers > 1 and not run.input_logged:  # the first call of this run

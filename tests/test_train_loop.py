@@ -5,6 +5,7 @@ The model is a small encoder-decoder defined here, so that common/ is tested wit
 import glob
 import os
 import signal
+import time
 
 import keras
 import numpy as np
@@ -305,11 +306,13 @@ def poisoned_loss(poisoned=(), on_batch=None):
   return loss_fn
 
 
-def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=1000, dataset=None):
+def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=1000, dataset=None,
+                   seconds_per_loop=0.0):
   config = config_lib.base_config()
   config.train.num_steps = steps
   config.train.batch_size = 4
   config.train.steps_per_loop = steps_per_loop
+  config.train.seconds_per_loop = seconds_per_loop  # 0: calls end at fixed steps (asserted below)
   config.train.max_consecutive_nonfinite = max_consecutive
   config.train.log_every = config.train.eval_every = config.train.checkpoint_every = 1000
   config.summaries.scalars_every = 1000
@@ -394,3 +397,18 @@ def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path
   results, _ = run_regression(tmp_path / "cut", 20, poisoned_loss([6]), steps_per_loop=8)
   assert (results["step"], results["steps_run"], results["nonfinite_steps"]) == (20, 4, 1)
   assert_same_values(checkpoint_values(tmp_path / "straight"), checkpoint_values(tmp_path / "cut"))
+
+
+def test_a_slow_step_makes_short_calls_so_that_a_signal_is_honoured_soon(tmp_path):
+  def slow_steps_and_a_signal_at_batch_5(index):
+    time.sleep(0.1)
+    if index == 5:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return 0
+
+  # 100 steps per call would stop at step 40; 0.3 s per call gives calls of about 3 steps.
+  with pytest.raises(signals.TrainingInterrupted) as error:
+    run_regression(tmp_path, 40, poisoned_loss((), slow_steps_and_a_signal_at_batch_5),
+                   seconds_per_loop=0.3)
+  stopped = checkpoint_values(tmp_path)["step/.ATTRIBUTES/VARIABLE_VALUE"]
+  assert 6 <= stopped <= 10, str(error.value)
