@@ -64,10 +64,15 @@ def locate_nonfinite(model, inputs, loss_and_grads):
   return "; ".join(parts)
 
 
-def sample_weights(variables):
-  """A small, fixed sample of every variable, concatenated, for stall detection."""
-  return np.concatenate([np.asarray(tf.reshape(v, [-1])[:_SAMPLE_PER_VARIABLE], np.float64)
-                         for v in variables]) if variables else np.zeros([0])
+def make_weight_sampler(variables):
+  """sample() -> a small, fixed sample of every variable, concatenated, for stall detection: one
+  compiled call and one read from the device, however many variables."""
+  @tf.function
+  def gather():
+    return tf.concat([tf.cast(tf.reshape(v, [-1])[:_SAMPLE_PER_VARIABLE], tf.float32) for v in variables],
+                     axis=0)
+
+  return lambda: gather().numpy().astype(np.float64) if variables else np.zeros([0])
 
 
 def relative_update(before, after):

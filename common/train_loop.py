@@ -193,7 +193,8 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
                                config.optimizer.clipnorm, config.train.jit_compile)
   loop, names = make_train_loop(train_step, run.iterator, run.strategy, run.step,
                          config.train.max_consecutive_nonfinite, run.stop_flag)
-  window = _Window(run.model.trainable_variables)
+  sample_weights = diagnostics.make_weight_sampler(run.model.trainable_variables)
+  window = _Window(sample_weights)
   step = int(run.step)
   seconds_per_step, traced = None, False
   while step < phase_end:
@@ -229,7 +230,7 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
     last = metrics[-1]
     if step % config.train.log_every == 0 or step == phase_end:
       _log_progress(run, phase, window, step, phase.optimizer)
-      window = _Window(run.model.trainable_variables)
+      window = _Window(sample_weights)
     if run.train_summaries.scalars_due(step):
       _write_train_summaries(run, step, last, phase.optimizer)
     _write_heavy_summaries(run, step, batch)
@@ -260,12 +261,12 @@ def _stop_diverged(run, batch, loss_fn):
 class _Window:
   """Metrics and timing between two progress lines, and the weight sample for stall detection."""
 
-  def __init__(self, variables):
+  def __init__(self, sample_weights):
     self.sums = {}
     self.count = 0
     self.start = time.time()
-    self.weights = diagnostics.sample_weights(variables)
-    self.variables = variables
+    self.weights = sample_weights()
+    self.sample_weights = sample_weights
 
   def add(self, metrics):
     self.count += 1
@@ -287,7 +288,7 @@ def _log_progress(run, phase, window, step, optimizer):
                _format_seconds(eta), f"  ({skipped:.0f} non-finite steps skipped)" if skipped else "")
   run.last_train = {name: window.mean(name) for name in window.sums if name != "finite"}
   run.last_train.update(step=step, steps_per_second=steps_per_s)
-  update = diagnostics.relative_update(window.weights, diagnostics.sample_weights(window.variables))
+  update = diagnostics.relative_update(window.weights, window.sample_weights())
   run.train_summaries.write_scalars(step, {"diagnostics/relative_update": update})
   if skipped < window.count and update < run.config.train.stall_update_ratio:
     logging.warning(

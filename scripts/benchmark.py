@@ -82,6 +82,9 @@ TRIPLET_PEER_LOSSES = (("batch_hard", "batch_hard"), ("semi_hard", "semihard"))
 WARMUP_STEPS = 1  # the first step, which traces and compiles
 INPUT_WARMUP_BATCHES = 5
 MAX_AUTO_STEPS = 2000
+# The loop's timed windows last at least this long: a progress line and each summary once a window
+# cost a few milliseconds of host work each, as they do once every 50 steps or so in a real run.
+LOOP_WINDOW_S = 2.0
 # Left out on a machine without a GPU unless --variants names them.
 CPU_SLOW_VARIANTS = {
     "mixed": ("without XLA, TensorFlow's float16 convolution gradients on a CPU are hundreds of times "
@@ -230,9 +233,9 @@ def time_train_loop(task, config, strategy, model, phase, batches, steps_per_win
   same batches as the compiled step: the median of `windows` progress windows of steps_per_window
   steps, after one more window that traces and compiles.
 
-  The progress line and each summary come at most once a window (a smoke preset writes them every
-  few steps, so that tests see them; a real run writes them every 50 or more), so that the figure
-  is the loop's own cost per step plus each of those once per window.
+  The progress line and each summary come at most once a window of LOOP_WINDOW_S or more (a smoke
+  preset writes them every few steps, so that tests see them; a real run every 50 steps or more),
+  so that the figure is the loop's own cost per step plus each of those once per window.
   """
   config = copy.deepcopy(config)
   config.train.jit_compile = jit_compile
@@ -288,7 +291,8 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
                                               config.optimizer.clipnorm, jit_compile=xla)
       first, seconds, steps = time_train_step(step_fn, replica_batches, settings)
       progress(f"{name} {phase.name}: the trainer's loop")
-      loop_rate = time_train_loop(task, config, strategy, model, phase, batches, steps, settings.windows,
+      loop_steps = max(steps, math.ceil(LOOP_WINDOW_S / seconds))
+      loop_rate = time_train_loop(task, config, strategy, model, phase, batches, loop_steps, settings.windows,
                                   os.path.join(workdir, f"{name}-{phase.name}"), xla)
       row = {
           "variant": name,
