@@ -26,6 +26,18 @@ class SummaryBudget:
     self.refused = 0
     self._writer = tf.summary.create_file_writer(logdir)
 
+  def cadences(self, with_images):
+    """The step intervals of the summaries that are on (images only where there are some)."""
+    everys = [self.cfg.scalars_every]
+    if with_images and self.cfg.max_outputs > 0:
+      everys.append(self.cfg.images_every)
+    if self._histograms_wanted():
+      everys.append(self.cfg.histograms_every)
+    return everys
+
+  def _histograms_wanted(self):
+    return self.cfg.histograms or self.cfg.bias_histograms or self.cfg.activation_histograms
+
   def scalars_due(self, step):
     return step % self.cfg.scalars_every == 0
 
@@ -33,8 +45,7 @@ class SummaryBudget:
     return self.cfg.max_outputs > 0 and step % self.cfg.images_every == 0
 
   def histograms_due(self, step):
-    wanted = self.cfg.histograms or self.cfg.bias_histograms or self.cfg.activation_histograms
-    return wanted and step % self.cfg.histograms_every == 0
+    return self._histograms_wanted() and step % self.cfg.histograms_every == 0
 
   def write_scalars(self, step, values):
     with self._writer.as_default(step=step):

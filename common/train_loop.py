@@ -160,13 +160,9 @@ def train(config, workdir, *, strategy, model, phases, task):
 def _next_boundary(run, step, phase_end, max_steps):
   """The step at which the compiled call starting after `step` ends: the nearest of the phase end,
   max_steps on, and the next step due for a log line, summary, checkpoint or evaluation."""
-  config, budget = run.config, run.train_summaries
+  config = run.config
   cadences = [config.train.log_every, config.train.checkpoint_every, config.train.eval_every,
-              config.summaries.scalars_every]
-  if run.image_summaries_fn and budget.images_due(0):
-    cadences.append(config.summaries.images_every)
-  if budget.histograms_due(0):
-    cadences.append(config.summaries.histograms_every)
+              *run.train_summaries.cadences(with_images=run.image_summaries_fn is not None)]
   due = min((step // every + 1) * every for every in cadences)
   return min(phase_end, step + max_steps, due)
 
@@ -207,9 +203,9 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
       raise DataError(f"the training dataset ended at step {int(run.step)}; it must repeat "
                       "(.repeat())") from None
     rows = out["metrics"].numpy()  # the one read of the call's metrics
-    step = int(run.step)
+    step = first + len(rows)
     if traced:  # the first call's time is mostly tracing
-      seconds_per_step = (time.monotonic() - started) / max(step - first, 1)
+      seconds_per_step = (time.monotonic() - started) / len(rows)
     traced = True
     watchdog.beat(step)
     batch = out["last_batch"]
@@ -218,12 +214,14 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
       logging.info("worker %d of %d: its input at step %d has digest %s", run.worker, run.workers,
                    step - 1, distributed.batch_digest(batch))
     metrics = [dict(zip(names, map(float, row))) for row in rows]
-    for offset, values in enumerate(metrics):
+    for values in metrics:
       window.add(values)
-      if not values["finite"]:
-        run.nonfinite_steps.assign_add(1)
-        logging.warning("step %d: loss or gradients not finite (loss %s); step skipped, weights "
-                        "unchanged", first + offset + 1, values["loss"])
+    skipped = [offset for offset, values in enumerate(metrics) if not values["finite"]]
+    if skipped:
+      run.nonfinite_steps.assign_add(len(skipped))
+    for offset in skipped:
+      logging.warning("step %d: loss or gradients not finite (loss %s); step skipped, weights "
+                      "unchanged", first + offset + 1, metrics[offset]["loss"])
     run.consecutive_nonfinite = int(out["consecutive"])
     if run.consecutive_nonfinite >= config.train.max_consecutive_nonfinite:
       _stop_diverged(run, batch, loss_fn)
