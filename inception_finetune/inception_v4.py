@@ -18,6 +18,7 @@ import keras
 from keras import layers
 
 from common.errors import ConfigError
+from common.layers import BatchNorm, l2_regularizer
 
 SCOPE = "InceptionV4"
 
@@ -148,7 +149,7 @@ def _layer_name(scope):
 
 
 def _slim_l2(weight_decay):
-  return keras.regularizers.L2(weight_decay / 2) if weight_decay else None
+  return l2_regularizer(weight_decay / 2)  # slim's tf.nn.l2_loss halves the squared norm
 
 
 def _logits_initializer(stddev):
@@ -164,7 +165,7 @@ def _conv_bn_relu(x, filters, kernel_size, scope, *, regularizer, batch_norm_dec
       filters, kernel_size, strides=strides, padding=padding, use_bias=False,
       kernel_initializer=keras.initializers.VarianceScaling(2.0, "fan_in", "truncated_normal"),
       kernel_regularizer=regularizer, name=_layer_name(scope))(x)
-  x = layers.BatchNormalization(
+  x = BatchNorm(
       momentum=batch_norm_decay, epsilon=_BATCH_NORM_EPSILON, scale=False,
       synchronized=sync_batch_norm, name=_layer_name(f"{scope}/BatchNorm"))(x)
   return layers.ReLU(name=_layer_name(f"{scope}/Relu"))(x)

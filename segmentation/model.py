@@ -14,6 +14,7 @@ total_stride(widths, output_stride); logits are float32 under mixed precision.
 import keras
 import tensorflow as tf
 
+from common.layers import BatchNorm, l2_regularizer
 from common.normalization import Normalize
 
 
@@ -45,14 +46,14 @@ def _conv_bn_relu(x, filters, strides, regularizer, sync_batch_norm, name, kerne
   x = keras.layers.Conv2D(filters, kernel_size, strides=strides, padding="same", use_bias=False,
                           kernel_initializer="he_normal", kernel_regularizer=regularizer,
                           name=f"{name}_conv")(x)
-  x = keras.layers.BatchNormalization(synchronized=sync_batch_norm, name=f"{name}_bn")(x)
+  x = BatchNorm(synchronized=sync_batch_norm, name=f"{name}_bn")(x)
   return keras.layers.ReLU(name=f"{name}_relu")(x)
 
 
 def build_model(num_classes, widths=(32, 64, 128), weight_decay=0.0, normalization="unit",
                 sync_batch_norm=False, output_stride=1, name="segmenter"):
   """The model for uint8 images [B, H, W, 3] of any H, W divisible by total_stride(widths, output_stride)."""
-  regularizer = keras.regularizers.L2(weight_decay) if weight_decay else None
+  regularizer = l2_regularizer(weight_decay)
   inputs = keras.Input((None, None, 3), dtype="uint8", name="image")
   x = Normalize(normalization, name="normalize")(inputs)
   if output_stride > 1:

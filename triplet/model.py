@@ -7,14 +7,12 @@ average pooling and a dense embedding projected onto the unit sphere.
 """
 import keras
 
+from common.layers import BatchNorm, l2_regularizer
+
 # Layer names other modules look up.
 RAW_EMBEDDING = "raw_embedding"
 EMBEDDING = "embedding"
 LOGITS = "logits"
-
-
-def _regularizer(weight_decay):
-  return keras.regularizers.L2(weight_decay) if weight_decay else None
 
 
 def _conv_bn_relu(x, filters, kernel_size, name, weight_decay, bn_momentum, sync_batch_norm,
@@ -22,10 +20,9 @@ def _conv_bn_relu(x, filters, kernel_size, name, weight_decay, bn_momentum, sync
   """Convolution without bias (BatchNorm's offset replaces it), BatchNorm, then ReLU."""
   x = keras.layers.Conv2D(
       filters, kernel_size, strides=strides, padding="same", use_bias=False,
-      kernel_initializer="he_normal", kernel_regularizer=_regularizer(weight_decay),
+      kernel_initializer="he_normal", kernel_regularizer=l2_regularizer(weight_decay),
       name=f"{name}_conv")(x)
-  x = keras.layers.BatchNormalization(momentum=bn_momentum, synchronized=sync_batch_norm,
-                                      name=f"{name}_bn")(x)
+  x = BatchNorm(momentum=bn_momentum, synchronized=sync_batch_norm, name=f"{name}_bn")(x)
   return keras.layers.ReLU(name=f"{name}_relu")(x)
 
 
@@ -55,7 +52,7 @@ def build_embedding_model(input_shape=(160, 160, 3), embedding_size=128, widths=
       x = keras.layers.MaxPooling2D(2, name=f"stage{i}_pool")(x)
   x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
   raw = keras.layers.Dense(
-      embedding_size, kernel_regularizer=_regularizer(weight_decay), dtype="float32",
+      embedding_size, kernel_regularizer=l2_regularizer(weight_decay), dtype="float32",
       name=RAW_EMBEDDING)(x)
   embedding = keras.layers.UnitNormalization(dtype="float32", name=EMBEDDING)(raw)
   return keras.Model(inputs, embedding, name=name)
@@ -78,7 +75,7 @@ def build_classifier(embedding_model, num_classes, weight_decay=0.0):
   """
   raw = embedding_model.get_layer(RAW_EMBEDDING).output
   logits = keras.layers.Dense(
-      num_classes, kernel_regularizer=_regularizer(weight_decay), dtype="float32", name=LOGITS)(raw)
+      num_classes, kernel_regularizer=l2_regularizer(weight_decay), dtype="float32", name=LOGITS)(raw)
   return keras.Model(
       embedding_model.input,
       {LOGITS: logits, EMBEDDING: embedding_model.output, RAW_EMBEDDING: raw},
