@@ -6,7 +6,6 @@ the program with one line on stderr and exit code 2; an interrupted run exits
 """
 import logging as std_logging
 import os
-import signal
 import sys
 
 from absl import app
@@ -83,19 +82,6 @@ def fail(message, code=EXIT_USER_ERROR):
   sys.exit(code)
 
 
-class _Interrupted(KeyboardInterrupt):
-  """SIGTERM outside the training loop (start-up, export): ends the program like Ctrl-C."""
-
-  def __init__(self, signum):
-    super().__init__(signum)
-    self.signum = signum
-
-
-def _interrupt(signum, frame):
-  del frame
-  raise _Interrupted(signum)
-
-
 def _parse_flags(argv):
   """absl's parser, with config errors turned into one line and exit code 2."""
   try:
@@ -118,7 +104,8 @@ def run(main):
   def guarded_main(argv):
     logging.get_absl_handler().addFilter(_quiet_tensorflow_info)
     std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
-    return run_guarded(main, argv)
+    run_guarded(main, argv)
+    run_guarded(signals.finish, "after the run had finished; every output is written")
 
   app.run(guarded_main, flags_parser=_parse_flags)
 
@@ -127,25 +114,18 @@ def run_guarded(function, *args):
   """Runs function(*args): user errors exit 2 with one line, divergence 3, a signal 128 + its number.
 
   The CLIs run their main through it, and tests run train_and_evaluate through
-  it to check the exits of many bad inputs in one interpreter.
+  it to check the exits of many bad inputs in one interpreter. Signals are recorded from the
+  start (common/signals.py) and honoured at the next safe point with one line saying what was
+  kept.
   """
-  # The training loop records signals itself and checkpoints before it exits; outside it, a
-  # signal ends the program with one line (the newest checkpoint is written before every
-  # evaluation and before the export).
-  previous = signal.signal(signal.SIGTERM, _interrupt)
-  try:
-    return function(*args)
-  except UserError as e:
-    fail(str(e))
-  except train_loop.TrainingDiverged as e:
-    fail(f"training diverged: {e}", EXIT_DIVERGED)
-  except signals.TrainingInterrupted as e:
-    print(str(e), file=sys.stderr, flush=True)
-    sys.exit(128 + e.signum)
-  except KeyboardInterrupt as e:
-    signum = getattr(e, "signum", signal.SIGINT)
-    print(f"interrupted by {signal.Signals(signum).name} outside training; every checkpoint "
-          "written so far is kept: run the same command again to continue", file=sys.stderr, flush=True)
-    sys.exit(128 + signum)
-  finally:
-    signal.signal(signal.SIGTERM, previous)  # a caller (a test, a notebook) gets its handler back
+  with signals.recording():
+    try:
+      signals.check("during start-up; nothing was written")
+      return function(*args)
+    except UserError as e:
+      fail(str(e))
+    except train_loop.TrainingDiverged as e:
+      fail(f"training diverged: {e}", EXIT_DIVERGED)
+    except signals.Interrupted as e:
+      print(str(e), file=sys.stderr, flush=True)
+      sys.exit(128 + e.signum)

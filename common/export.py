@@ -1,21 +1,63 @@
-"""SavedModel export with a serving signature, written so that a crash never leaves half a model."""
+"""SavedModel export with a serving signature, written so that no failure costs the last good one.
+
+The model is saved into `<path>.tmp`, then swapped in: the previous export is renamed to
+`<path>.old` and removed only once the new one is in place. An export cut short (a kill, a full
+disk) leaves at most those two folders, which the next export clears, restoring `<path>.old`
+first if the swap was cut between its two renames.
+"""
 import os
 import shutil
 
 import tensorflow as tf
 
+from common import signals
+from common.errors import WorkdirError
+
 
 def export_saved_model(model, serve, path, input_signature):
-  """Saves `serve` (a function of the signature's tensors, closing over `model`) as serving_default."""
-  module = tf.Module()
-  module.model = model
-  module.serve = tf.function(serve, input_signature=input_signature)
-  tmp = path + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
-  tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
-  shutil.rmtree(path, ignore_errors=True)
-  os.replace(tmp, path)
+  """Saves `serve` (a function of the signature's tensors, closing over `model`) as serving_default.
+
+  Every OS error (full disk, read-only folder, a file or symlink in the way) is one WorkdirError
+  naming the path; the checkpoints and the previous SavedModel are untouched. A signal before the
+  export skips it (rerunning the finished run only exports); one during it is honoured after it.
+  """
+  signals.check(f"before the export of {path}; training is finished and checkpointed: run the "
+                "same command again to export")
+  tmp, old = path + ".tmp", path + ".old"
+  _check_target(path)
+  try:
+    if os.path.isdir(old) and not os.path.lexists(path):
+      os.rename(old, path)  # a swap cut between its renames: the old export is the good one
+    for leftover in (tmp, old):
+      if os.path.lexists(leftover):
+        shutil.rmtree(leftover)
+    module = tf.Module()
+    module.model = model
+    module.serve = tf.function(serve, input_signature=input_signature)
+    tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+    if os.path.lexists(path):
+      os.rename(path, old)
+    os.rename(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+  except (OSError, tf.errors.OpError) as e:
+    shutil.rmtree(tmp, ignore_errors=True)
+    reason = (getattr(e, "strerror", None) or str(e).strip() or type(e).__name__).splitlines()[0]
+    raise WorkdirError(f"cannot export the SavedModel {path} ({reason}); the checkpoints"
+                       f"{' and the previous export' if os.path.isdir(path) else ''} are intact: "
+                       "free space or fix the path, then run the same command again to export") from None
+  signals.check(f"during the export; the SavedModel {path} is complete")
   return path
+
+
+def _check_target(path):
+  """A file or symlink where the SavedModel goes, or a read-only folder, before anything is written."""
+  if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+    raise WorkdirError(f"cannot export the SavedModel {path}: a {'symlink' if os.path.islink(path) else 'file'} "
+                       "is in the way; move it, then run the same command again to export")
+  for folder in (path, os.path.dirname(os.path.abspath(path))):
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK):
+      raise WorkdirError(f"cannot export the SavedModel {path}: {folder} is read-only; make it "
+                         "writable, then run the same command again to export")
 
 
 UINT8_IMAGES = tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")

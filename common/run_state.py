@@ -51,7 +51,6 @@ class RunState:
     self.saved_fingerprint = tf.Variable(json.dumps(self.input_fingerprint, sort_keys=True),
                                          trainable=False, name="input_fingerprint")
     self.saved_step = None
-    self.evaluating = False
     self.best = checkpoints_lib.BestWeights(model, workdir, out, config.train.best_metric,
                                             config.train.best_mode)
     self.distribution = distributed.batch_sizes(config.train.batch_size, strategy, self.workers)

@@ -1,72 +1,93 @@
-"""SIGTERM and Ctrl-C during training: finish the compiled call (or the evaluation), save, exit.
+"""SIGTERM and Ctrl-C at any moment: recorded by the handler, honoured at the next safe point.
 
-A signal that arrives while a compiled call runs is handled when the call returns (Python runs
-signal handlers between its own instructions), which is where the loop can save a consistent
-state: model, optimizer, step and input position of the same step.
+The handler only records the signal. It reads no TensorFlow value and raises nothing, so a signal
+can arrive while a function is being traced, a checkpoint written or a SavedModel exported
+without a traceback, and it is never lost (AutoGraph swallowed exceptions raised inside a trace).
+The safe points: the CLI after start-up, the loop before training and after each compiled call
+(which saves first), the evaluation before each batch, the export before it starts and after it
+ends. A second signal of the same kind exits at once with 128 + N, as a kill would: checkpoints
+are written so that a killed run resumes exactly.
+
+This module imports no TensorFlow, so that the CLIs can install the handler before importing it.
 """
+import contextlib
+import os
 import signal
 
-from absl import logging
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_received = []
+_previous = {}
 
 
-class TrainingInterrupted(Exception):
-  """SIGTERM or SIGINT arrived; the checkpoint of `step` is written."""
+class Interrupted(Exception):
+  """A signal arrived; the message says what was kept and how to go on."""
 
-  def __init__(self, signum, step, checkpoint):
-    super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step}; "
-                     f"checkpoint {checkpoint} written; run the same command again to resume")
+  def __init__(self, signum, what):
+    super().__init__(f"interrupted by {signal.Signals(signum).name} {what}")
     self.signum = signum
 
 
-class SignalFlag:
-  """Records SIGTERM/SIGINT so that the loop can checkpoint before it exits.
+def _record(signum, frame):
+  del frame
+  if signum in _received:
+    os.write(2, f"second {signal.Signals(signum).name}: exiting now; every checkpoint written so "
+                "far is kept\n".encode())
+    os._exit(128 + signum)
+  _received.append(signum)
 
-  The first signal lets the current compiled call (or evaluation) finish; the loop then saves
-  and exits. A second signal while the newest step is already saved (during an evaluation, which
-  always follows a save) exits at once. The handlers in place before are restored on exit.
 
-  run: what the flag needs of the loop's state: step (a variable), saved_step, evaluating,
-  stop_flag (a variable on several workers, else None), latest_checkpoint() and save_and_report()
-  (saves the newest step, writes metrics.json, returns the checkpoint's path).
-  """
+def install():
+  """Records SIGTERM and SIGINT from now on; the handlers in place before are kept for uninstall()."""
+  for signum in _SIGNALS:
+    if signal.getsignal(signum) is not _record:
+      _previous[signum] = signal.signal(signum, _record)
 
-  def __init__(self, run):
-    self.run = run
-    self.signum = None
-    self._previous = {}
 
-  def __enter__(self):
-    for signum in (signal.SIGTERM, signal.SIGINT):
-      self._previous[signum] = signal.signal(signum, self._record)
-    return self
+def uninstall():
+  """Puts the earlier handlers back and forgets recorded signals (a test, a notebook goes on)."""
+  for signum, handler in _previous.items():
+    signal.signal(signum, handler)
+  _previous.clear()
+  _received.clear()
 
-  def _record(self, signum, frame):
-    del frame
-    saved = self.run.saved_step == int(self.run.step)
-    if self.signum is not None and saved:
-      raise TrainingInterrupted(signum, int(self.run.step), self.run.latest_checkpoint())
-    logging.warning("received %s: finishing this %s, then %s", signal.Signals(signum).name,
-                    "evaluation" if self.run.evaluating else "compiled call of training steps",
-                      "exiting (the checkpoint is written; a second signal exits now)" if saved
-                      else "saving a checkpoint")
-    self.signum = signum
-    if self.run.stop_flag is not None:
-      self.run.stop_flag.assign(1.0)  # the next compiled call tells the other workers
 
-  def check(self, stop=None):
-    """Raises TrainingInterrupted after a signal, with the newest step saved.
+@contextlib.contextmanager
+def recording():
+  """install() for the duration, unless already installed (by the CLI, which then uninstalls)."""
+  installed = signal.getsignal(signal.SIGTERM) is _record
+  install()
+  try:
+    yield
+  finally:
+    if not installed:
+      uninstall()
 
-    With several workers the checkpoint is collective: a worker stops only after the call whose
-    `stop` (the sum of every worker's flag) says that one of them was signalled, which every
-    worker sees after the same call.
-    """
-    if self.run.stop_flag is not None and stop is not None:
-      if not stop:
-        return
-      self.signum = self.signum or signal.SIGTERM
-    if self.signum is not None:
-      raise TrainingInterrupted(self.signum, int(self.run.step), self.run.save_and_report())
 
-  def __exit__(self, *exc):
-    for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
+def finish(what):
+  """The end of a CLI: signals are ignored from now on (the interpreter's exit would put back the
+  default handler, and a late SIGTERM would kill the finished program), one already recorded is
+  raised as Interrupted(signal, "<what>")."""
+  for signum in _SIGNALS:
+    signal.signal(signum, signal.SIG_IGN)
+  check(what)
+
+
+def pending():
+  """The first signal recorded and not yet honoured, or None."""
+  return _received[0] if _received else None
+
+
+def check(what):
+  """Raises Interrupted(signal, "<what>") if a signal was recorded."""
+  if _received:
+    raise Interrupted(_received[0], what)
+
+
+def checked(function, what):
+  """`function` that first checks for a signal (an evaluation's predict, called once a batch)."""
+
+  def wrapper(*args, **kwargs):
+    check(what)
+    return function(*args, **kwargs)
+
+  return wrapper

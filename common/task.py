@@ -15,8 +15,12 @@ import tensorflow as tf
 
 from common import checkpoints
 from common import optimizers
+from common import signals
 from common import train_loop
 from common.errors import CheckpointError
+
+# A signal stops an evaluation before its next batch (the training loop says what it saved).
+_DURING_EVALUATION = "during the evaluation; nothing was written"
 
 
 @dataclasses.dataclass
@@ -89,7 +93,7 @@ class Task:
 
   def make_evaluate_fn(self, model):
     """evaluate_fn() -> Evaluation of `model`'s current weights, compiled once."""
-    predict = self.make_predict_fn(model)
+    predict = signals.checked(self.make_predict_fn(model), _DURING_EVALUATION)
     extra = self.make_extra_eval_fn(model) if self.make_extra_eval_fn else None
 
     def evaluate_fn():
@@ -124,7 +128,8 @@ def load_predict_fn(task, workdir, saved_model=None):
 
 def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
   """Scores a SavedModel or the newest checkpoint; writes the report into report_dir if given."""
-  evaluation = task.evaluate(load_predict_fn(task, workdir, saved_model), bool(saved_model))
+  predict = signals.checked(load_predict_fn(task, workdir, saved_model), _DURING_EVALUATION)
+  evaluation = task.evaluate(predict, bool(saved_model))
   if report_dir:
     evaluation.write(report_dir)
   return evaluation

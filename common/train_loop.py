@@ -20,6 +20,7 @@ counts the step, and stops the run at that step with a report after
 """
 import dataclasses
 import os
+import signal
 import time
 from typing import Callable, Optional
 
@@ -127,26 +128,29 @@ def train(config, workdir, *, strategy, model, phases, task):
   workdir; the others write into temporary folders that are removed, except
   their own input positions (checkpoints/input/worker<i>/).
   """
-  with distributed.chief_path(workdir, strategy) as out, workdir_lib.locked(out):
+  with signals_lib.recording(), distributed.chief_path(workdir, strategy) as out, \
+      workdir_lib.locked(out):
     checkpoints = checkpoints_lib.checkpoint_dir(out)
     workdir_lib.check_writable(out, checkpoints)
     workdir_lib.remove_leftovers(checkpoints)
     run = run_state.RunState(config, workdir, out, strategy, model, phases, task)
     run.restore()
+    start_step = int(run.step)
+    signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
+                      f"the same command again to {'resume' if start_step else 'start'}")
     workdir_lib.write_run_config(config, out)
     start_time = time.time()
-    start_step = int(run.step)
-    with signals_lib.SignalFlag(run) as signals, diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
+    with diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
       phase_end = 0
       for phase in phases:
         phase_end += phase.num_steps
         if int(run.step) < phase_end:
-          _train_phase(run, phase, phase_end, task.loss_fn, signals, watchdog)
+          _train_phase(run, phase, phase_end, task.loss_fn, watchdog)
       if not run.latest_checkpoint() or int(run.step) > start_step:
         run.save()
       if not run.last_eval or run.last_eval.get("step") != int(run.step):
         _evaluate(run)
-      signals.check()
+      _honour_signal(run)
     results = run.write_metrics(time.time() - start_time, int(run.step) - start_step)
     run.best.load_into_model()
     if run.last_evaluation:
@@ -178,7 +182,7 @@ def _call_length(config, seconds_per_step):
   return max(1, min(config.train.steps_per_loop, int(config.train.seconds_per_loop / seconds_per_step)))
 
 
-def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
+def _train_phase(run, phase, phase_end, loss_fn, watchdog):
   config = run.config
   if phase.prepare:
     phase.prepare()
@@ -195,6 +199,8 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
   seconds_per_step, traced = None, False
   while step < phase_end:
     first, started = step, time.monotonic()
+    if run.stop_flag is not None and signals_lib.pending():
+      run.stop_flag.assign(1.0)  # this call tells the other workers
     try:
       out = loop(tf.constant(_next_boundary(run, step, phase_end, _call_length(config, seconds_per_step))
                              - step, tf.int32),
@@ -237,7 +243,24 @@ def _train_phase(run, phase, phase_end, loss_fn, signals, watchdog):
       run.save()  # before the evaluation, so that a failing or interrupted one loses no step
     if evaluate:
       _evaluate(run)
-    signals.check(float(out["stop"]) if "stop" in out else None)
+    _honour_signal(run, float(out["stop"]) if "stop" in out else None)
+
+
+def _honour_signal(run, stop=None):
+  """Saves the newest step and raises Interrupted if this worker was signalled.
+
+  After a compiled call of several workers, `stop` (the sum of every worker's flag, the same on
+  all of them after the same call) says whether any was: they save and stop together.
+  """
+  signum = signals_lib.pending()
+  if stop is not None:
+    if not stop:
+      return
+    signum = signum or signal.SIGTERM
+  if signum is not None:
+    raise signals_lib.Interrupted(signum, f"at step {int(run.step)}; checkpoint "
+                                  f"{run.save_and_report()} written; run the same command again "
+                                  "to resume")
 
 
 def _stop_diverged(run, batch, loss_fn):
@@ -333,11 +356,12 @@ def _write_heavy_summaries(run, step, batch):
 def _evaluate(run):
   step = int(run.step)
   started = time.time()
-  run.evaluating = True
   try:
     run.last_evaluation = run.evaluate_fn()
-  finally:
-    run.evaluating = False
+  except signals_lib.Interrupted as e:  # the step is saved: every evaluation follows a save
+    raise signals_lib.Interrupted(e.signum, f"during the evaluation at step {step}; checkpoint "
+                                  f"{run.save_and_report()} written; run the same command again "
+                                  "to resume") from None
   results = {name: float(value) for name, value in run.last_evaluation.metrics.items()}
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))

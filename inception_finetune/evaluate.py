@@ -6,6 +6,11 @@ python -m inception_finetune.evaluate --config=configs/inception_v4.py --saved_m
 Writes per_class_accuracy.csv, confusion_matrix.csv and confusion_matrix.png
 into --report_dir (default <workdir>/eval) and prints the scalar metrics as JSON.
 """
+from common import signals
+
+if __name__ == "__main__":
+  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+
 import json
 import os
 

@@ -6,6 +6,11 @@ checkpoint (its head excluded) -> phase 1 trains the new head (trainable_scopes)
 -> phase 2 unfreezes the last base blocks at a lower learning rate -> the
 shared training loop (evaluation report in eval/) -> SavedModel.
 """
+from common import signals
+
+if __name__ == "__main__":
+  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+
 import os
 
 from absl import logging

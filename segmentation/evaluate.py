@@ -3,6 +3,11 @@
 python -m segmentation.evaluate --config=configs/segmentation.py --workdir=runs/segmentation
 python -m segmentation.evaluate --config=configs/segmentation.py --saved_model=runs/segmentation/saved_model
 """
+from common import signals
+
+if __name__ == "__main__":
+  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+
 import json
 import os
 

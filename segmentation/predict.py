@@ -2,6 +2,11 @@
 
 python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg b.png
 """
+from common import signals
+
+if __name__ == "__main__":
+  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+
 import os
 
 from absl import app

@@ -2,6 +2,11 @@
 
 The recipe: config -> task (data, model, loss, metrics) -> the shared training loop -> SavedModel.
 """
+from common import signals
+
+if __name__ == "__main__":
+  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+
 import os
 
 from common import cli

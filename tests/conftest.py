@@ -3,6 +3,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import logging  # pylint: disable=g-import-not-at-top
 import keras  # pylint: disable=g-import-not-at-top
 import pytest  # pylint: disable=g-import-not-at-top
 
@@ -12,11 +13,13 @@ from scripts import make_real_sets  # pylint: disable=g-import-not-at-top
 
 @pytest.fixture(autouse=True)
 def float32_policy():
-  """Mixed-precision tests set a global policy; every test starts and ends with float32."""
+  """Mixed-precision tests set a global policy; every test starts and ends with float32. A test
+  of a one-line error (cli.fail) silences absl's log, which the next test gets back."""
   keras.mixed_precision.set_global_policy("float32")
   yield
   keras.mixed_precision.set_global_policy("float32")
   keras.backend.clear_session()
+  logging.set_verbosity(logging.INFO)
 
 
 @pytest.fixture

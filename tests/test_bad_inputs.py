@@ -4,7 +4,6 @@ file, line, key or path, run in one interpreter through the same guard as the co
 import importlib
 import os
 
-from absl import logging
 import numpy as np
 from PIL import Image
 import pytest
@@ -253,12 +252,6 @@ CASES = (
 )
 
 
-@pytest.fixture
-def restore_logging():
-  yield
-  logging.set_verbosity(logging.INFO)
-
-
 def run_like_the_cli(trainer, config, workdir, capsys):
   """(exit code, stderr lines) of train_and_evaluate behind the command lines' guard."""
   module = importlib.import_module(TRAIN_MODULES[trainer])
@@ -273,8 +266,7 @@ def test_the_table_has_40_cases_or_more():
 
 
 @pytest.mark.parametrize("trainer, case, setup", CASES, ids=[f"{t}: {c}" for t, c, _ in CASES])
-def test_bad_input_is_exit_code_2_and_one_error_line(trainer, case, setup, tmp_path, capsys,
-                                                     restore_logging):
+def test_bad_input_is_exit_code_2_and_one_error_line(trainer, case, setup, tmp_path, capsys):
   overrides, named = setup(str(tmp_path / "data"))
   config = make_config(trainer, "smoke", **overrides)
   workdir = tmp_path / "run"

@@ -389,7 +389,7 @@ def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path
     return 0
 
   keras.utils.set_random_seed(0)
-  with pytest.raises(signals.TrainingInterrupted) as error:
+  with pytest.raises(signals.Interrupted) as error:
     run_regression(tmp_path / "cut", 20, poisoned_loss([6], signal_at_batch_10), steps_per_loop=8)
   assert "at step 16" in str(error.value)
   assert checkpoint_values(tmp_path / "cut")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 16
@@ -407,7 +407,7 @@ def test_a_slow_step_makes_short_calls_so_that_a_signal_is_honoured_soon(tmp_pat
     return 0
 
   # 100 steps per call would stop at step 40; 0.3 s per call gives calls of about 3 steps.
-  with pytest.raises(signals.TrainingInterrupted) as error:
+  with pytest.raises(signals.Interrupted) as error:
     run_regression(tmp_path, 40, poisoned_loss((), slow_steps_and_a_signal_at_batch_5),
                    seconds_per_loop=0.3)
   stopped = checkpoint_values(tmp_path)["step/.ATTRIBUTES/VARIABLE_VALUE"]

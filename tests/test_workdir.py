@@ -17,7 +17,9 @@ import pytest
 import tensorflow as tf
 
 from common import checkpoints
+from common import cli
 from common import config as config_lib
+from common import export as export_lib
 from common import optimizers
 from common import signals
 from common import startup
@@ -79,7 +81,7 @@ def test_sigterm_during_the_final_evaluation_keeps_the_last_step(tmp_path):
     os.kill(os.getpid(), signal.SIGTERM)  # arrives while the final evaluation runs
     return {"score": 1.0}
 
-  with pytest.raises(signals.TrainingInterrupted) as error:
+  with pytest.raises(signals.Interrupted) as error:
     run_loop(tmp_path, tiny_config(steps=6), signalling_evaluation)
   assert error.value.signum == signal.SIGTERM
   assert checkpoint_step(tmp_path) == 6
@@ -87,23 +89,38 @@ def test_sigterm_during_the_final_evaluation_keeps_the_last_step(tmp_path):
   assert (resumed["step"], resumed["steps_run"], resumed["eval"]["score"]) == (6, 0, 2.0)
 
 
-def test_a_second_signal_stops_a_long_evaluation_at_once(tmp_path):
+def test_a_signal_stops_a_long_evaluation_before_its_next_batch(tmp_path):
   times = {}
 
-  def long_evaluation(model):
-    del model
-    os.kill(os.getpid(), signal.SIGINT)
-    threading.Timer(0.5, lambda: (times.setdefault("second", time.time()),
+  def long_evaluation(predict):
+    threading.Timer(0.5, lambda: (times.setdefault("signal", time.time()),
                                   os.kill(os.getpid(), signal.SIGINT))).start()
-    for _ in range(600):  # a minute of evaluation unless the second signal cuts it short
+    for _ in range(600):  # a minute of evaluation unless the signal cuts it short
+      predict(tf.zeros([1, 3]))
       time.sleep(0.1)
     return {"score": 1.0}
 
-  with pytest.raises(signals.TrainingInterrupted) as error:
+  with pytest.raises(signals.Interrupted) as error:
     run_loop(tmp_path, tiny_config(steps=4), long_evaluation)
-  assert time.time() - times["second"] < 5
+  assert time.time() - times["signal"] < 5
   assert error.value.signum == signal.SIGINT
+  assert "during the evaluation at step 4; checkpoint" in str(error.value)
   assert checkpoint_step(tmp_path) == 4
+
+
+def test_a_second_signal_exits_at_once():
+  # The first is recorded for the next safe point; a second of the same kind ends the program now
+  # (no TensorFlow needed to show it: the handler never touches it).
+  result = run_python(["-c", "import os, signal, time\n"
+                       "from common import signals\n"
+                       "signals.install()\n"
+                       "os.kill(os.getpid(), signal.SIGINT)\n"
+                       "assert signals.pending() == signal.SIGINT\n"
+                       "os.kill(os.getpid(), signal.SIGINT)\n"
+                       "time.sleep(60)\n"], timeout=30)
+  assert result.returncode == 128 + signal.SIGINT, result.stderr
+  assert result.stderr.strip() == ("second SIGINT: exiting now; every checkpoint written so far is "
+                                   "kept")
 
 
 def test_mid_run_evaluation_follows_the_save_of_its_step(tmp_path):
@@ -276,3 +293,77 @@ def test_a_locked_workdir_names_the_other_run_and_a_dead_one_is_taken_over(tmp_p
   third = run_python(command[:3] + ["--config.train.num_steps=3"] + command[4:])
   assert third.returncode == 0, third.stderr[-2000:]
   assert f"taking over the lock of pid {first.pid}" in third.stderr
+
+
+def export_tiny(model, path):
+  return export_lib.export_saved_model(model, lambda x: {"y": model(x)}, str(path),
+                                       [tf.TensorSpec([None, 3], tf.float32)])
+
+
+def tree_digest(path):
+  return {os.path.relpath(os.path.join(root, name), path): open(os.path.join(root, name), "rb").read()
+          for root, _, names in os.walk(path) for name in names}
+
+
+def assert_export_refused(capsys, model, target, *names):
+  """The export fails with one `error:` line naming `names`, exit 2, the previous export intact
+  (back in place if a cut swap had left it in saved_model.old)."""
+  before = tree_digest(target if os.path.exists(target) else f"{target}.old")
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_guarded(export_tiny, model, target)
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert exit_info.value.code == 2 and len(lines) == 1, lines
+  assert_one_line(lines[0], "error: cannot export the SavedModel", str(target), *names)
+  assert tree_digest(target) == before
+  assert not os.path.exists(f"{target}.tmp")
+
+
+def test_export_faults_are_one_line_and_keep_the_previous_saved_model(tmp_path, capsys):
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+  target = tmp_path / "saved_model"
+  export_tiny(model, target)
+  # A stale temporary folder of an export cut short is cleared, not an error.
+  (tmp_path / "saved_model.tmp" / "variables").mkdir(parents=True)
+  export_tiny(model, target)
+  assert sorted(os.listdir(tmp_path)) == ["saved_model"]
+  # A swap cut between its renames: the previous export waits in saved_model.old.
+  os.rename(target, f"{target}.old")
+  full = tf.errors.ResourceExhaustedError(None, None, "No space left on device [Op:SaveV2]")
+  with mock.patch.object(tf.saved_model, "save", side_effect=full):
+    assert_export_refused(capsys, model, target, "No space left on device", "the previous export")
+  assert sorted(os.listdir(tmp_path)) == ["saved_model"]
+  # A read-only SavedModel folder (a read-only bind mount: root may write anywhere else).
+  if os.geteuid() == 0 and not subprocess.run(["mount", "--bind", target, target]).returncode:
+    try:
+      subprocess.run(["mount", "-o", "remount,bind,ro", target, target], check=True)
+      assert_export_refused(capsys, model, target, "is read-only")
+    finally:
+      subprocess.run(["umount", "-l", target], check=False)
+  # Whatever was in the way, the same export succeeds once the fault is cleared.
+  export_tiny(model, target)
+  served = tf.saved_model.load(str(target)).signatures["serving_default"]
+  np.testing.assert_allclose(served(tf.ones([2, 3]))["y"], model(tf.ones([2, 3])), rtol=1e-6)
+
+
+@pytest.mark.parametrize("obstacle", ["file", "symlink"])
+def test_a_file_or_symlink_where_the_saved_model_goes_is_one_line(tmp_path, capsys, obstacle):
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+  target = tmp_path / "saved_model"
+  if obstacle == "file":
+    target.write_text("notes")
+  else:
+    export_tiny(model, tmp_path / "elsewhere")
+    target.symlink_to(tmp_path / "elsewhere")
+  assert_export_refused(capsys, model, target, f"a {obstacle} is in the way")
+
+
+def test_a_full_disk_during_the_export_is_one_line_and_a_rerun_exports(tmp_path, capsys):
+  small = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+  large = keras.Sequential([keras.Input((3,)), keras.layers.Dense(200_000)])  # 3.2 MB of weights
+  with small_filesystem(tmp_path / "disk", size="2m") as disk:
+    target = disk / "saved_model"
+    export_tiny(small, target)
+    assert_export_refused(capsys, large, target, "the previous export")
+    subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)
+    export_tiny(large, target)
+    assert sorted(os.listdir(disk)) == ["saved_model"]

@@ -6,6 +6,11 @@ python -m triplet.evaluate --config=configs/triplet.py --saved_model=runs/triple
 Metrics go to stdout as JSON (VAL at FAR 1e-3 as "n/a (...)" when the pairs are too few for it);
 the ROC curve of the verification pairs to roc.png in --report_dir (default <workdir>/eval).
 """
+from common import signals
+
+if __name__ == "__main__":
+  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+
 import json
 import os
 

@@ -5,6 +5,11 @@ triplet loss with online mining or the softmax sanity check, held-out
 evaluation) -> the evaluation before training -> the shared training loop ->
 a SavedModel from uint8 images to embeddings.
 """
+from common import signals
+
+if __name__ == "__main__":
+  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+
 import json
 import os
 
