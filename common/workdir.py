@@ -22,6 +22,15 @@ from common.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
 CONFIG_HISTORY_DIR = "configs"
+# {(absolute workdir, file name): text} that a trainer's data gave for the workdir (Inception's
+# labels.txt), written with config.json: only once the run holds the lock and its checkpoint has
+# been checked, so that a refused run leaves the previous run's files as they were.
+_run_files = {}
+
+
+def add_run_file(workdir, name, text):
+  """Has write_run_config write `text` to <workdir>/<name> (replacing what an earlier call gave)."""
+  _run_files[os.path.abspath(workdir), name] = text
 
 
 def os_error_line(path, error):
@@ -109,8 +118,8 @@ def remove_leftovers(checkpoint_dir):
 
 
 def write_run_config(config, workdir):
-  """Logs what changed since the last run's config, then writes config.json / config.txt and a copy
-  that is never overwritten, configs/<start time>.json."""
+  """Logs what changed since the last run's config, then writes config.json / config.txt, a copy
+  that is never overwritten, configs/<start time>.json, and the files add_run_file gave."""
   current = config.to_dict()
   latest_path = os.path.join(workdir, "config.json")
   if os.path.isfile(latest_path):
@@ -125,6 +134,12 @@ def write_run_config(config, workdir):
     os.makedirs(history, exist_ok=True)
     with open(os.path.join(history, f"{stamp}.json"), "w") as f:
       json.dump(current, f, indent=2, sort_keys=True, default=str)
+    for (directory, name), text in list(_run_files.items()):
+      if directory == os.path.abspath(workdir):
+        with open(os.path.join(workdir, name), "w", newline="") as f:
+          f.write(text)
+        logging.info("wrote %s", os.path.join(workdir, name))
+        del _run_files[directory, name]
 
 
 def config_diff(old, new, prefix=""):
