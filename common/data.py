@@ -225,13 +225,22 @@ def _report_duplicate(message, duplicates, fix, kept):
 # Listing and checking files.
 
 
+def file_names(directory):
+  """Sorted names of the files directly in `directory`, hidden ones left out.
+
+  A symbolic link whose target is gone counts as a file, so that the checks
+  name it (read_file) rather than the listing drop it silently.
+  """
+  return sorted(name for name in os.listdir(directory) if not name.startswith(".") and (
+      os.path.isfile(os.path.join(directory, name)) or not os.path.exists(os.path.join(directory, name))))
+
+
 def list_files(directory, extensions):
   """Sorted paths of the files directly in `directory` whose names end with one of `extensions`."""
   if not os.path.isdir(directory):
     raise DataError(f"{directory}: no such directory")
   suffixes = tuple(e.lower() for e in extensions)
-  files = sorted(name for name in os.listdir(directory)
-                 if not name.startswith(".") and os.path.isfile(os.path.join(directory, name)))
+  files = file_names(directory)
   paths = [os.path.join(directory, name) for name in files if name.lower().endswith(suffixes)]
   if not paths:
     raise DataError(f"{directory}: no files ending in {', '.join(suffixes)}")
@@ -243,11 +252,15 @@ def list_files(directory, extensions):
 
 
 def read_file(path, what="file"):
-  """The bytes of a file; a DataError names a missing file, a folder or an unreadable file."""
+  """The bytes of a file; a DataError names a missing file, a folder or an unreadable file, an
+  UndecodableFileError (which data.skip_bad_files skips) a symbolic link to nothing."""
   try:
     with open(path, "rb") as f:
       return f.read()
   except FileNotFoundError:
+    if os.path.islink(path):
+      raise UndecodableFileError(f"{path}: a symbolic link to {os.readlink(path)}, which does not "
+                                 "exist") from None
     raise DataError(f"{path}: no such {what}") from None
   except IsADirectoryError:
     raise DataError(f"{path}: a folder, expected a {what}") from None

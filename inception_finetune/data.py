@@ -275,7 +275,7 @@ def read_label_csv(path, images_dir, extension, duplicates="error"):
   rows = []
   for image_id, label, line_number in common_data.first_entries(entries, path, "id", duplicates, "label"):
     image = os.path.join(images_dir, image_id + extension)
-    if not os.path.exists(image):
+    if not os.path.lexists(image):  # a link to nothing passes, for the image check to name it
       raise DataError(f"{image}: no such file ({path}:{line_number}; data.image_extension is "
                       f"'{extension}'{_other_extension_hint(image, extension)})")
     rows.append((image, label, line_number))

@@ -265,7 +265,7 @@ def _pairs_of_ids(images, images_dir, masks_dir, ids, split_file):
     if image_id not in images:
       raise DataError(f"{split_file}:{line}: image id '{image_id}' has no image in {images_dir}")
     mask = os.path.join(masks_dir, image_id + MASK_EXTENSION)
-    if not os.path.isfile(mask):
+    if not os.path.lexists(mask):  # a link to nothing passes, for check_pair to name it
       raise DataError(f"image {images[image_id]} has no mask {mask}")
     pairs.append((images[image_id], mask))
   return pairs
