@@ -37,6 +37,7 @@ _NUM_CHECK_THREADS = 8
 # Items handed to the thread pool (or records batched by a TFRecord check) at a time, so that
 # TFRecord files are never read whole.
 _CHECK_CHUNK = 256
+_EXIF_ORIENTATION = 0x0112  # the EXIF tag
 # How many skipped names the summary line lists before "...", and the data report keeps.
 _MAX_NAMES_LOGGED = 10
 _MAX_NAMES_REPORTED = 100
@@ -337,6 +338,13 @@ def check_image(path):
         f"{path}: {image_format} images are not read by TensorFlow; use {', '.join(TF_IMAGE_FORMATS)}")
   tf_decoded(path, decode_image, contents)
   return image_format, mode, size
+
+
+def exif_orientation(path):
+  """The EXIF orientation of a JPEG file (1: shown as stored; 2-8: shown turned or mirrored), which
+  TensorFlow's decoders ignore; 1 for other formats."""
+  with _opened_image(path) as img:
+    return int(img.getexif().get(_EXIF_ORIENTATION, 1)) if img.format == "JPEG" else 1
 
 
 def check_files(items, check_fn, skip_bad_files, name_fn=str, what="files"):

@@ -278,6 +278,14 @@ def check_pair(pair, num_classes, ignore_label):
   """
   image_path, mask_path = pair
   image_format, _, (width, height) = common_data.check_image(image_path)
+  orientation = common_data.exif_orientation(image_path) if image_format == "JPEG" else 1
+  if orientation != 1:
+    # Refused rather than turned: a mask drawn on the photo as shown would not match the stored
+    # pixels that the pipeline decodes, and one drawn on the stored pixels would no longer match
+    # a turned photo; only the user knows which it is.
+    raise DataError(f"{image_path}: EXIF orientation {orientation} (viewers show it turned or "
+                    "mirrored, TensorFlow decodes it as stored), so its mask may not match its pixels; "
+                    "save it with its pixels as shown and orientation 1 (PIL: ImageOps.exif_transpose)")
   contents = common_data.read_file(mask_path)
   with common_data.decoded_image(mask_path, contents) as mask:
     mask_format, mask_mode = mask.format, mask.mode
