@@ -18,6 +18,7 @@ import socket
 from absl import logging
 
 from common import config as config_lib
+from common.errors import CheckpointError
 from common.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
@@ -33,41 +34,51 @@ def add_run_file(workdir, name, text):
   _run_files[os.path.abspath(workdir), name] = text
 
 
-def os_error_line(path, error):
-  """One line for an OS error on `path`: what happened and what to do."""
+def os_error_line(path, error, flag="--workdir"):
+  """One line for an OS error on `path` (given by command-line flag `flag`): what happened and what to do."""
   reason = error.strerror or str(error)
   if error.errno == errno.ENOSPC:
-    hint = "the disk is full: free some space or choose another --workdir"
+    hint = f"the disk is full: free some space or choose another {flag}"
   elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-    hint = "it is not writable: make it writable or choose another --workdir"
+    hint = f"it is not writable: make it writable or choose another {flag}"
   elif error.errno in (errno.EEXIST, errno.ENOTDIR):
-    hint = "a file stands where a folder is needed: choose another --workdir"
+    hint = f"a file stands where a folder is needed: choose another {flag}"
   else:
-    hint = "check the path or choose another --workdir"
+    hint = f"check the path or choose another {flag}"
   return f"cannot write {path} ({reason}); {hint}"
 
 
 @contextlib.contextmanager
-def writing(path):
+def writing(path, flag="--workdir"):
   """Turns an OSError raised inside the block into a WorkdirError naming `path`."""
   try:
     yield
   except OSError as e:
-    raise WorkdirError(os_error_line(e.filename or path, e)) from None
+    raise WorkdirError(os_error_line(e.filename or path, e, flag)) from None
 
 
-def check_writable(*directories):
+def check_writable(*directories, flag="--workdir"):
   """Creates each directory and writes a probe file in it, so that a read-only or full folder
-  fails before training rather than at the first checkpoint."""
+  fails before training (or evaluating) rather than at the first write."""
   for directory in directories:
     probe = os.path.join(directory, f".write-test-{os.getpid()}")
-    with writing(directory):
+    with writing(directory, flag):
       os.makedirs(directory, exist_ok=True)
       with open(probe, "w") as f:
         f.write("x")
         f.flush()
         os.fsync(f.fileno())
       os.remove(probe)
+
+
+def check_saved_model(path):
+  """A --saved_model that is missing, a file or a folder without saved_model.pb is one line."""
+  if not os.path.exists(path):
+    raise CheckpointError(f"SavedModel {path} does not exist; train first or pass --saved_model")
+  if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+    what = "a file" if not os.path.isdir(path) else "a folder without saved_model.pb"
+    raise CheckpointError(f"--saved_model {path} is {what}, not a SavedModel; pass the saved_model/ "
+                          "folder that a training run exported into its workdir")
 
 
 @contextlib.contextmanager
