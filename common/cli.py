@@ -12,11 +12,16 @@ from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
+import tensorflow as tf
 
+from common import checkpoints
 from common import config as config_lib
 from common import signals
 from common import train_loop
+from common import workdir as workdir_lib
+from common.errors import CheckpointError
 from common.errors import UserError
+from common.errors import WorkdirError
 
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
@@ -40,7 +45,26 @@ def define_evaluation_flags():
   report_dir = flags.DEFINE_string(
       "report_dir", None, "Where the evaluation report goes (ROC curve, confusion matrix); "
       "default <workdir>/eval.")
+  # At parsing, so that a bad path is one line before the data checks and the evaluation run.
+  flags.register_multi_flags_validator(
+      ["workdir", "saved_model", "report_dir"], lambda values: check_evaluation_paths(**values) or True)
   return saved_model, report_dir
+
+
+def check_evaluation_paths(workdir, saved_model, report_dir):
+  """What an evaluation reads (a SavedModel, else the workdir's newest checkpoint) exists, and where
+  its report goes can be written; each a UserError line naming the path and the flag."""
+  if saved_model:
+    workdir_lib.check_saved_model(saved_model)
+  elif os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirError(f"--workdir {workdir} is a file; give the workdir folder of a training run")
+  elif not tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)):
+    raise CheckpointError(f"no checkpoint in {checkpoints.checkpoint_dir(workdir)}; train into "
+                          "--workdir first, or pass --saved_model")
+  if report_dir:
+    workdir_lib.check_writable(report_dir, flag="--report_dir")
+  else:
+    workdir_lib.check_writable(os.path.join(workdir, "eval"), flag="--workdir (or give --report_dir)")
 
 
 def _check_config_args(default_config, argv):

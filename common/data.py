@@ -37,6 +37,7 @@ _NUM_CHECK_THREADS = 8
 # Items handed to the thread pool (or records batched by a TFRecord check) at a time, so that
 # TFRecord files are never read whole.
 _CHECK_CHUNK = 256
+_EXIF_ORIENTATION = 0x0112  # the EXIF tag
 # How many skipped names the summary line lists before "...", and the data report keeps.
 _MAX_NAMES_LOGGED = 10
 _MAX_NAMES_REPORTED = 100
@@ -225,13 +226,22 @@ def _report_duplicate(message, duplicates, fix, kept):
 # Listing and checking files.
 
 
+def file_names(directory):
+  """Sorted names of the files directly in `directory`, hidden ones left out.
+
+  A symbolic link whose target is gone counts as a file, so that the checks
+  name it (read_file) rather than the listing drop it silently.
+  """
+  return sorted(name for name in os.listdir(directory) if not name.startswith(".") and (
+      os.path.isfile(os.path.join(directory, name)) or not os.path.exists(os.path.join(directory, name))))
+
+
 def list_files(directory, extensions):
   """Sorted paths of the files directly in `directory` whose names end with one of `extensions`."""
   if not os.path.isdir(directory):
     raise DataError(f"{directory}: no such directory")
   suffixes = tuple(e.lower() for e in extensions)
-  files = sorted(name for name in os.listdir(directory)
-                 if not name.startswith(".") and os.path.isfile(os.path.join(directory, name)))
+  files = file_names(directory)
   paths = [os.path.join(directory, name) for name in files if name.lower().endswith(suffixes)]
   if not paths:
     raise DataError(f"{directory}: no files ending in {', '.join(suffixes)}")
@@ -243,11 +253,15 @@ def list_files(directory, extensions):
 
 
 def read_file(path, what="file"):
-  """The bytes of a file; a DataError names a missing file, a folder or an unreadable file."""
+  """The bytes of a file; a DataError names a missing file, a folder or an unreadable file, an
+  UndecodableFileError (which data.skip_bad_files skips) a symbolic link to nothing."""
   try:
     with open(path, "rb") as f:
       return f.read()
   except FileNotFoundError:
+    if os.path.islink(path):
+      raise UndecodableFileError(f"{path}: a symbolic link to {os.readlink(path)}, which does not "
+                                 "exist") from None
     raise DataError(f"{path}: no such {what}") from None
   except IsADirectoryError:
     raise DataError(f"{path}: a folder, expected a {what}") from None
@@ -324,6 +338,13 @@ def check_image(path):
         f"{path}: {image_format} images are not read by TensorFlow; use {', '.join(TF_IMAGE_FORMATS)}")
   tf_decoded(path, decode_image, contents)
   return image_format, mode, size
+
+
+def exif_orientation(path):
+  """The EXIF orientation of a JPEG file (1: shown as stored; 2-8: shown turned or mirrored), which
+  TensorFlow's decoders ignore; 1 for other formats."""
+  with _opened_image(path) as img:
+    return int(img.getexif().get(_EXIF_ORIENTATION, 1)) if img.format == "JPEG" else 1
 
 
 def check_files(items, check_fn, skip_bad_files, name_fn=str, what="files"):

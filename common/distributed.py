@@ -6,8 +6,10 @@ a plain, checkpointable one (a DistributedIterator cannot be saved); each
 worker keeps its own input positions beside the chief's collective checkpoint.
 """
 import contextlib
+import glob
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 
@@ -97,16 +99,47 @@ def chief_path(path, strategy):
   """`path` on the chief; on other workers a temporary path, removed after the block.
 
   Every worker takes part in a collective save (checkpoint, SavedModel), but only
-  the chief's copy is kept (TensorFlow's multi-worker guide).
+  the chief's copy is kept (TensorFlow's multi-worker guide). The temporary
+  folders are named after `path` and their process, so that those of killed
+  workers of this run are recognised and removed at the next start.
   """
   if hardware.is_chief(strategy):
     yield path
     return
-  temporary = tempfile.mkdtemp(prefix=f"worker{hardware.worker_index(strategy)}-")
+  prefix = temporary_prefix(path)
+  remove_killed_workers_folders(prefix)
+  temporary = tempfile.mkdtemp(prefix=f"{prefix}worker{hardware.worker_index(strategy)}-pid{os.getpid()}-")
   try:
     yield os.path.join(temporary, os.path.basename(os.path.normpath(path)))
   finally:
     shutil.rmtree(temporary, ignore_errors=True)
+
+
+def temporary_prefix(path):
+  """The start of the names of the non-chief workers' temporary folders for `path`, under TMPDIR:
+  its name and a digest of its absolute path, which tell this run's folders from other runs'."""
+  absolute = os.path.abspath(path)
+  digest = hashlib.sha1(absolute.encode()).hexdigest()[:10]
+  return f"nonchief-{os.path.basename(absolute)}-{digest}-"
+
+
+def remove_killed_workers_folders(prefix):
+  """Removes the temporary folders of `prefix` whose process has died (kill -9 leaves them)."""
+  for folder in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(prefix) + "worker*-pid*-*")):
+    owner = re.match(r"worker\d+-pid(\d+)-", os.path.basename(folder)[len(prefix):])
+    if owner and not _is_running(int(owner.group(1))):
+      logging.warning("removing %s, the temporary folder of a killed worker", folder)
+      shutil.rmtree(folder, ignore_errors=True)
+
+
+def _is_running(pid):
+  try:
+    os.kill(pid, 0)  # signal 0 only asks whether the process exists
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # it exists, as another user's
+    pass
+  return True
 
 
 def input_positions_dir(checkpoints, worker):

@@ -24,7 +24,15 @@ class SummaryBudget:
     self.logdir = logdir
     self.cfg = cfg
     self.refused = 0
-    self._writer = tf.summary.create_file_writer(logdir)
+    self._file_writer = None
+
+  @property
+  def _writer(self):
+    # Created at the first summary: a run refused at its checks (changed input, another model)
+    # leaves no event file behind.
+    if self._file_writer is None:
+      self._file_writer = tf.summary.create_file_writer(self.logdir)
+    return self._file_writer
 
   def cadences(self, with_images):
     """The step intervals of the summaries that are on (images only where there are some)."""
@@ -75,16 +83,20 @@ class SummaryBudget:
     return False
 
   def flush(self):
-    self._writer.flush()
+    if self._file_writer:
+      self._file_writer.flush()
 
   def bytes_written(self):
     """Size of this run directory's event files on disk."""
+    if not self._file_writer:
+      return 0
     self.flush()
     return sum(entry.stat().st_size for entry in os.scandir(self.logdir)
                if entry.name.startswith("events.out.tfevents"))
 
   def close(self):
-    self._writer.close()
+    if self._file_writer:
+      self._file_writer.close()
 
 
 def select_histogram_variables(variables, kernels, biases):

@@ -18,47 +18,67 @@ import socket
 from absl import logging
 
 from common import config as config_lib
+from common.errors import CheckpointError
 from common.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
 CONFIG_HISTORY_DIR = "configs"
+# {(absolute workdir, file name): text} that a trainer's data gave for the workdir (Inception's
+# labels.txt), written with config.json: only once the run holds the lock and its checkpoint has
+# been checked, so that a refused run leaves the previous run's files as they were.
+_run_files = {}
 
 
-def os_error_line(path, error):
-  """One line for an OS error on `path`: what happened and what to do."""
+def add_run_file(workdir, name, text):
+  """Has write_run_config write `text` to <workdir>/<name> (replacing what an earlier call gave)."""
+  _run_files[os.path.abspath(workdir), name] = text
+
+
+def os_error_line(path, error, flag="--workdir"):
+  """One line for an OS error on `path` (given by command-line flag `flag`): what happened and what to do."""
   reason = error.strerror or str(error)
   if error.errno == errno.ENOSPC:
-    hint = "the disk is full: free some space or choose another --workdir"
+    hint = f"the disk is full: free some space or choose another {flag}"
   elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-    hint = "it is not writable: make it writable or choose another --workdir"
+    hint = f"it is not writable: make it writable or choose another {flag}"
   elif error.errno in (errno.EEXIST, errno.ENOTDIR):
-    hint = "a file stands where a folder is needed: choose another --workdir"
+    hint = f"a file stands where a folder is needed: choose another {flag}"
   else:
-    hint = "check the path or choose another --workdir"
+    hint = f"check the path or choose another {flag}"
   return f"cannot write {path} ({reason}); {hint}"
 
 
 @contextlib.contextmanager
-def writing(path):
+def writing(path, flag="--workdir"):
   """Turns an OSError raised inside the block into a WorkdirError naming `path`."""
   try:
     yield
   except OSError as e:
-    raise WorkdirError(os_error_line(e.filename or path, e)) from None
+    raise WorkdirError(os_error_line(e.filename or path, e, flag)) from None
 
 
-def check_writable(*directories):
+def check_writable(*directories, flag="--workdir"):
   """Creates each directory and writes a probe file in it, so that a read-only or full folder
-  fails before training rather than at the first checkpoint."""
+  fails before training (or evaluating) rather than at the first write."""
   for directory in directories:
     probe = os.path.join(directory, f".write-test-{os.getpid()}")
-    with writing(directory):
+    with writing(directory, flag):
       os.makedirs(directory, exist_ok=True)
       with open(probe, "w") as f:
         f.write("x")
         f.flush()
         os.fsync(f.fileno())
       os.remove(probe)
+
+
+def check_saved_model(path):
+  """A --saved_model that is missing, a file or a folder without saved_model.pb is one line."""
+  if not os.path.exists(path):
+    raise CheckpointError(f"SavedModel {path} does not exist; train first or pass --saved_model")
+  if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+    what = "a file" if not os.path.isdir(path) else "a folder without saved_model.pb"
+    raise CheckpointError(f"--saved_model {path} is {what}, not a SavedModel; pass the saved_model/ "
+                          "folder that a training run exported into its workdir")
 
 
 @contextlib.contextmanager
@@ -109,8 +129,8 @@ def remove_leftovers(checkpoint_dir):
 
 
 def write_run_config(config, workdir):
-  """Logs what changed since the last run's config, then writes config.json / config.txt and a copy
-  that is never overwritten, configs/<start time>.json."""
+  """Logs what changed since the last run's config, then writes config.json / config.txt, a copy
+  that is never overwritten, configs/<start time>.json, and the files add_run_file gave."""
   current = config.to_dict()
   latest_path = os.path.join(workdir, "config.json")
   if os.path.isfile(latest_path):
@@ -125,6 +145,12 @@ def write_run_config(config, workdir):
     os.makedirs(history, exist_ok=True)
     with open(os.path.join(history, f"{stamp}.json"), "w") as f:
       json.dump(current, f, indent=2, sort_keys=True, default=str)
+    for (directory, name), text in list(_run_files.items()):
+      if directory == os.path.abspath(workdir):
+        with open(os.path.join(workdir, name), "w", newline="") as f:
+          f.write(text)
+        logging.info("wrote %s", os.path.join(workdir, name))
+        del _run_files[directory, name]
 
 
 def config_diff(old, new, prefix=""):

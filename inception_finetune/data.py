@@ -14,11 +14,12 @@ TFRecord) decoded once with TensorFlow's decoder: a label outside
 undecodable image is a DataError naming the file (or shard and record);
 data.skip_bad_files skips undecodable ones instead, naming and counting them in
 the data report. Class ids map to names through a labels file in TF-Slim's
-format (`<id>:<name>` per line), written to the workdir.
+format (`<id>:<name>` per line), written to the workdir with config.json.
 """
 import collections
 import csv
 import dataclasses
+import io
 import operator
 import os
 from typing import Callable
@@ -29,6 +30,7 @@ from PIL import Image
 import tensorflow as tf
 
 from common import data as common_data
+from common import workdir as workdir_lib
 from common.errors import ConfigError
 from common.errors import DataError
 from inception_finetune import preprocessing
@@ -91,7 +93,8 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
     data_cfg: the config's `data` section (configs/inception_v4.py).
     batch_size: training images per batch.
     seed: seeds synthetic images, shuffles, oversampling and distortions.
-    workdir: where labels.txt, class_balance.csv and synthetic images go.
+    workdir: where labels.txt, class_balance.csv (written once the run's checks pass) and
+      synthetic images go.
   """
   _check_config(data_cfg)
   class_names, train_source, eval_source = _make_sources(data_cfg, seed, workdir)
@@ -99,11 +102,10 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
   report = class_balance_report(train_source.counts, class_names, data_cfg.min_class_count)
   for line in report.splitlines():
     logging.info("%s", line)
-  if workdir:
-    write_labels_file(os.path.join(workdir, LABELS_FILENAME), class_names)
-    balance_path = os.path.join(workdir, CLASS_BALANCE_FILENAME)
-    write_class_balance(balance_path, train_source.counts, class_names, data_cfg.min_class_count)
-    logging.info("training images per class: %s", balance_path)
+  if workdir:  # written with config.json, once the run's checks pass (common/workdir.add_run_file)
+    workdir_lib.add_run_file(workdir, LABELS_FILENAME, labels_file_text(class_names))
+    workdir_lib.add_run_file(workdir, CLASS_BALANCE_FILENAME, class_balance_csv(
+        train_source.counts, class_names, data_cfg.min_class_count))
   train = _make_train(train_source, data_cfg, batch_size, seed)
   if data_cfg.oversample_to:
     logging.info("oversampling: classes drawn as though each had at least %d images",
@@ -153,11 +155,9 @@ def _make_sources(cfg, seed, workdir):
 # Labels files and the class-balance report.
 
 
-def write_labels_file(path, class_names):
+def labels_file_text(class_names):
   """TF-Slim's labels file: one `<id>:<name>` line per class."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w") as f:
-    f.writelines(f"{class_id}:{name}\n" for class_id, name in enumerate(class_names))
+  return "".join(f"{class_id}:{name}\n" for class_id, name in enumerate(class_names))
 
 
 def read_labels_file(path, duplicates="error"):
@@ -194,12 +194,14 @@ def class_balance_report(counts, class_names, min_count):
   return "\n".join(lines)
 
 
-def write_class_balance(path, counts, class_names, min_count):
-  with open(path, "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["id", "name", "train_images", "under_min_count"])
-    for class_id, (name, count) in enumerate(zip(class_names, counts)):
-      writer.writerow([class_id, name, int(count), int(count < min_count)])
+def class_balance_csv(counts, class_names, min_count):
+  """The text of class_balance.csv: training images per class, and whether under min_count."""
+  text = io.StringIO()
+  writer = csv.writer(text)
+  writer.writerow(["id", "name", "train_images", "under_min_count"])
+  for class_id, (name, count) in enumerate(zip(class_names, counts)):
+    writer.writerow([class_id, name, int(count), int(count < min_count)])
+  return text.getvalue()
 
 
 def _count_labels(labels, num_classes):
@@ -273,7 +275,7 @@ def read_label_csv(path, images_dir, extension, duplicates="error"):
   rows = []
   for image_id, label, line_number in common_data.first_entries(entries, path, "id", duplicates, "label"):
     image = os.path.join(images_dir, image_id + extension)
-    if not os.path.exists(image):
+    if not os.path.lexists(image):  # a link to nothing passes, for the image check to name it
       raise DataError(f"{image}: no such file ({path}:{line_number}; data.image_extension is "
                       f"'{extension}'{_other_extension_hint(image, extension)})")
     rows.append((image, label, line_number))

@@ -265,7 +265,7 @@ def _pairs_of_ids(images, images_dir, masks_dir, ids, split_file):
     if image_id not in images:
       raise DataError(f"{split_file}:{line}: image id '{image_id}' has no image in {images_dir}")
     mask = os.path.join(masks_dir, image_id + MASK_EXTENSION)
-    if not os.path.isfile(mask):
+    if not os.path.lexists(mask):  # a link to nothing passes, for check_pair to name it
       raise DataError(f"image {images[image_id]} has no mask {mask}")
     pairs.append((images[image_id], mask))
   return pairs
@@ -278,6 +278,14 @@ def check_pair(pair, num_classes, ignore_label):
   """
   image_path, mask_path = pair
   image_format, _, (width, height) = common_data.check_image(image_path)
+  orientation = common_data.exif_orientation(image_path) if image_format == "JPEG" else 1
+  if orientation != 1:
+    # Refused rather than turned: a mask drawn on the photo as shown would not match the stored
+    # pixels that the pipeline decodes, and one drawn on the stored pixels would no longer match
+    # a turned photo; only the user knows which it is.
+    raise DataError(f"{image_path}: EXIF orientation {orientation} (viewers show it turned or "
+                    "mirrored, TensorFlow decodes it as stored), so its mask may not match its pixels; "
+                    "save it with its pixels as shown and orientation 1 (PIL: ImageOps.exif_transpose)")
   contents = common_data.read_file(mask_path)
   with common_data.decoded_image(mask_path, contents) as mask:
     mask_format, mask_mode = mask.format, mask.mode

@@ -17,7 +17,7 @@ from PIL import Image
 import tensorflow as tf
 
 from common import cli
-from common.errors import CheckpointError
+from common import workdir as workdir_lib
 from segmentation import data as data_lib
 from segmentation import visualize
 
@@ -28,20 +28,20 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions",
 
 def predict_files(saved_model, paths, output_dir):
   """Writes <name>_mask.png (VOC palette) and <name>_classes.png (class ids) per image; returns the paths."""
-  if not os.path.isdir(saved_model):
-    raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
+  workdir_lib.check_saved_model(saved_model)
+  workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the SavedModel loads
   serve = tf.saved_model.load(saved_model).signatures["serving_default"]
-  os.makedirs(output_dir, exist_ok=True)
   written = []
   for path in paths:
     image = data_lib.read_image_file(path)
     class_ids = serve(images=tf.convert_to_tensor(image[None]))["class_ids"][0].numpy().astype(np.uint8)
     stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
-    Image.fromarray(class_ids).save(stem + "_classes.png")
-    # A palette PNG like VOC's ground-truth masks: the same colors side by side, and its indices are the ids.
-    mask = Image.fromarray(class_ids)
-    mask.putpalette(visualize.voc_palette())
-    mask.save(stem + "_mask.png")
+    with workdir_lib.writing(output_dir, flag="--output_dir"):  # a disk filling up on the way
+      Image.fromarray(class_ids).save(stem + "_classes.png")
+      # A palette PNG like VOC's ground-truth masks: the same colors side by side, and its indices are the ids.
+      mask = Image.fromarray(class_ids)
+      mask.putpalette(visualize.voc_palette())
+      mask.save(stem + "_mask.png")
     written.append(stem + "_mask.png")
     logging.info("%s -> %s_mask.png", path, stem)
   return written

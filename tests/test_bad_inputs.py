@@ -31,6 +31,13 @@ def truncate(path, keep=0.6):
   return path
 
 
+def dangling(path):
+  """A symbolic link at `path` to a file that does not exist."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  os.symlink(path + ".gone", path)
+  return path
+
+
 def noise(shape, seed):
   return np.random.default_rng(seed).integers(0, 255, shape, np.uint8)
 
@@ -79,6 +86,15 @@ def seg_class_id(root):
   return overrides, "im3.png"
 
 
+def seg_dangling(root, what):
+  overrides = seg_folder(root)
+  if what == "images":
+    png(f"{root}/masks/im4.png", np.zeros((32, 32), np.uint8))
+  else:
+    os.remove(f"{root}/masks/im1.png")
+  return overrides, dangling(f"{root}/{what}/{'im4' if what == 'images' else 'im1'}.png")
+
+
 def seg_empty_folder(root):
   os.makedirs(f"{root}/images")
   os.makedirs(f"{root}/masks")
@@ -112,6 +128,8 @@ SEGMENTATION_FILES = {
     "truncated mask, eval": lambda root: seg_truncated(root, "masks", "eval"),
     "mask of another size": seg_mask_size,
     "class id out of range": seg_class_id,
+    "image a link to nothing": lambda root: seg_dangling(root, "images"),
+    "mask a link to nothing": lambda root: seg_dangling(root, "masks"),
     "empty folder": seg_empty_folder,
     "VOC without its split file": seg_voc_without_split,
     "npy label out of range": seg_npy_labels,
@@ -169,6 +187,8 @@ TRIPLET_FILES = {
                                              and identities(root, ["lone"], per_identity=1), "lone"),
     "corrupt identity image": triplet_corrupt,
     "truncated identity image": triplet_truncated,
+    "identity image a link to nothing": lambda root: (triplet_files(root)[0],
+                                                      dangling(f"{root}/train/id2/id2_0004.png")),
     "pairs file not UTF-8": lambda root: (triplet_pairs(root, b"1\nev0 1 2\n" + LATIN1 + b" 1 ev1 2\n"),
                                           "pairs.txt"),
     "pairs file names a missing image": lambda root: (triplet_pairs(root, "1\nev0 1 9\nev0 1 ev1 2\n"),
@@ -203,6 +223,12 @@ def inception_truncated(root, split):
   return dict(overrides, **{"data.eval_dir": f"{root}/eval"}), name
 
 
+def inception_dangling(root):
+  overrides = class_folders(f"{root}/train")
+  class_folders(f"{root}/eval", per_class=2, prefix="ev")
+  return dict(overrides, **{"data.eval_dir": f"{root}/eval"}), dangling(f"{root}/eval/class0/ev9.png")
+
+
 def labels_csv(root, rows):
   for i in range(6):
     png(f"{root}/images/img{i}.png", noise((40, 40, 3), i))
@@ -216,6 +242,7 @@ GOOD_ROWS = "id,breed\nimg0,a\nimg1,b\nimg2,a\nimg3,b\nimg4,a\nimg5,b\n"
 INCEPTION_FILES = {
     "truncated class image, train": lambda root: inception_truncated(root, "train"),
     "truncated class image, eval": lambda root: inception_truncated(root, "eval"),
+    "class image a link to nothing, eval": inception_dangling,
     "labels.csv not UTF-8": lambda root: (labels_csv(root, GOOD_ROWS.encode() + b"img9," + LATIN1 + b"\n"),
                                           "labels.csv"),
     "labels.csv empty label": lambda root: (labels_csv(root, GOOD_ROWS.replace("img5,b", "img5,")),
@@ -284,20 +311,44 @@ def test_bad_input_is_exit_code_2_and_one_error_line(trainer, case, setup, tmp_p
   assert named in errors[0], (case, named, errors[0])
 
 
+def seg_skipped(root):
+  """A truncated training mask, and an evaluation image that is a link to nothing."""
+  overrides = seg_splits(root, "im0\nim1\nim2\n", "im3\nim4\n")
+  truncate(f"{root}/masks/im1.png")
+  png(f"{root}/masks/im4.png", np.zeros((32, 32), np.uint8))
+  dangling(f"{root}/images/im4.png")
+  return overrides
+
+
+def triplet_skipped(root):
+  overrides, _ = triplet_truncated(root)
+  dangling(f"{root}/train/id2/id2_0004.png")
+  return overrides
+
+
+def inception_skipped(root):
+  overrides, _ = inception_truncated(root, "eval")
+  dangling(f"{root}/train/class0/im9.png")
+  return overrides
+
+
+# A file that does not decode and a link to nothing, in each trainer.
 SKIPPED = [
-    ("segmentation", lambda root: seg_truncated(root, "masks", "train"), "im1.png", {}),
-    ("triplet", triplet_truncated, "id1_0002.png", {}),
-    ("inception_v4", lambda root: inception_truncated(root, "eval"), "ev1.png", {"finetune.head_steps": 1}),
+    ("segmentation", seg_skipped, ("im1.png", "im4.png"), {}),
+    ("triplet", triplet_skipped, ("id1_0002.png", "id2_0004.png"), {}),
+    ("inception_v4", inception_skipped, ("ev1.png", "im9.png"), {"finetune.head_steps": 1}),
 ]
 
 
-@pytest.mark.parametrize("trainer, setup, name, extra", SKIPPED, ids=[s[0] for s in SKIPPED])
-def test_skip_bad_files_names_and_counts_the_skipped_file(trainer, setup, name, extra, tmp_path, caplog):
-  overrides, _ = setup(str(tmp_path / "data"))
+@pytest.mark.parametrize("trainer, setup, names, extra", SKIPPED, ids=[s[0] for s in SKIPPED])
+def test_skip_bad_files_names_and_counts_the_skipped_files(trainer, setup, names, extra, tmp_path, caplog):
+  overrides = setup(str(tmp_path / "data"))
   config = make_config(trainer, "smoke", **overrides, **extra,
                        **{"data.skip_bad_files": True, "train.num_steps": 2})
   results = importlib.import_module(TRAIN_MODULES[trainer]).train_and_evaluate(config, str(tmp_path / "run"))
   assert results["step"] == 2
-  assert sum(results["data"]["skipped_files"].values()) == 1
-  assert any(name in skipped for skipped in results["data"]["skipped_names"])
-  assert name in caplog.text
+  assert sum(results["data"]["skipped_files"].values()) == len(names)
+  for name in names:
+    assert any(name in skipped for skipped in results["data"]["skipped_names"]), name
+    assert name in caplog.text
+  assert "a symbolic link to" in caplog.text

@@ -65,8 +65,7 @@ def list_identities(root, skip_bad_files=False):
   candidates, non_images = {}, []
   for name in names:
     directory = os.path.join(root, name)
-    files = sorted(os.path.join(directory, f) for f in os.listdir(directory)
-                   if not f.startswith(".") and os.path.isfile(os.path.join(directory, f)))
+    files = [os.path.join(directory, f) for f in common_data.file_names(directory)]
     candidates[name] = [f for f in files if f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
     non_images += [f for f in files if not f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
   if non_images and not skip_bad_files:
@@ -160,7 +159,7 @@ def _pair_image(where, image_root, name, index):
   stem = os.path.join(image_root, name, f"{name}_{index:04d}")
   for extension in common_data.IMAGE_EXTENSIONS:
     for candidate in (stem + extension, stem + extension.upper()):
-      if os.path.isfile(candidate):
+      if os.path.lexists(candidate):  # a link to nothing too: check_pairs names it
         return candidate
   raise DataError(f"{where}: names image {stem}.* which does not exist (images of the pairs are "
                   "looked up under data.pairs_dir, or data.eval_dir when that is empty)")

@@ -1,0 +1,114 @@
+"""Every path a command line takes (--workdir, --saved_model, --report_dir, predict's --output_dir)
+gets the workdir's one-line checks: a missing SavedModel, a file where a folder is wanted, an
+unwritable folder is exit 2 and one `error:` line naming the path and the flag, no traceback."""
+import os
+
+import pytest
+import tensorflow as tf
+
+from common import cli
+from helpers import run_python
+from segmentation import predict
+
+IS_ROOT = os.geteuid() == 0  # root writes into read-only folders
+
+
+@pytest.fixture
+def paths(tmp_path):
+  """A file, a read-only folder, a folder holding a (stand-in) SavedModel and a workdir with a checkpoint."""
+  made = {"file": tmp_path / "a_file", "read_only": tmp_path / "read_only", "saved_model": tmp_path / "sm",
+          "workdir": tmp_path / "run", "empty": tmp_path / "empty"}
+  made["file"].write_text("not a folder")
+  for name in ("read_only", "saved_model", "empty"):
+    made[name].mkdir()
+  (made["saved_model"] / "saved_model.pb").write_bytes(b"")  # the checks look for it; nothing loads it
+  tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(made["workdir"] / "checkpoints"),
+                             max_to_keep=1).save()
+  made["read_only"].chmod(0o555)
+  yield {name: str(path) for name, path in made.items()}
+  made["read_only"].chmod(0o755)
+
+
+# (what, evaluation paths (workdir, saved_model, report_dir) as names of the fixture's paths or
+# paths under them, the text the line must hold).
+EVALUATION_CASES = [
+    ("missing SavedModel", ("workdir", "empty/nothing", None), "SavedModel {empty}/nothing does not exist"),
+    ("SavedModel is a file", ("workdir", "file", None), "--saved_model {file} is a file, not a SavedModel"),
+    ("SavedModel folder without saved_model.pb", ("workdir", "empty", None),
+     "--saved_model {empty} is a folder without saved_model.pb"),
+    ("workdir is a file", ("file", None, None), "--workdir {file} is a file"),
+    ("workdir without a checkpoint", ("empty", None, None), "no checkpoint in {empty}/checkpoints"),
+    ("report_dir is a file", ("workdir", None, "file"),
+     "cannot write {file} (File exists); a file stands where a folder is needed: choose another --report_dir"),
+    ("report_dir under a file", ("workdir", None, "file/report"),
+     "cannot write {file}/report (Not a directory); a file stands where a folder is needed: "
+     "choose another --report_dir"),
+    ("report_dir read-only", ("workdir", None, "read_only/report"),
+     "cannot write {read_only}/report (Permission denied); it is not writable: make it writable or "
+     "choose another --report_dir"),
+    ("workdir is a file, with a SavedModel", ("file", "saved_model", None),
+     "cannot write {file}/eval (Not a directory); a file stands where a folder is needed: "
+     "choose another --workdir (or give --report_dir)"),
+]
+
+
+def resolve(paths, name):
+  if name is None:
+    return None
+  first, _, rest = name.partition("/")
+  return os.path.join(paths[first], rest) if rest else paths[first]
+
+
+def one_error_line(capsys, function, *args):
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_guarded(function, *args)
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert exit_info.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+  return lines[0][len("error: "):]
+
+
+def test_bad_evaluation_paths_are_one_line_each(paths, capsys):
+  for what, names, expected in EVALUATION_CASES:
+    if what == "report_dir read-only" and IS_ROOT:
+      continue
+    line = one_error_line(capsys, cli.check_evaluation_paths, *(resolve(paths, n) for n in names))
+    assert line.startswith(expected.format(**paths)), (what, line)
+
+
+def test_good_evaluation_paths_pass_and_the_report_folder_is_made(paths):
+  cli.check_evaluation_paths(paths["workdir"], None, None)
+  assert os.path.isdir(os.path.join(paths["workdir"], "eval"))
+  report = os.path.join(paths["empty"], "reports", "one")
+  cli.check_evaluation_paths(paths["file"], paths["saved_model"], report)  # the workdir is not read
+  assert os.path.isdir(report)
+
+
+def test_bad_predict_paths_are_one_line_each_before_the_saved_model_loads(paths, capsys):
+  image = os.path.join(paths["empty"], "photo.png")
+  cases = [((paths["empty"] + "/nothing", paths["empty"]), f"SavedModel {paths['empty']}/nothing does not exist"),
+           ((paths["file"], paths["empty"]), f"--saved_model {paths['file']} is a file"),
+           ((paths["saved_model"], paths["file"]), f"cannot write {paths['file']} (File exists); a file stands "
+                                                   "where a folder is needed: choose another --output_dir")]
+  if not IS_ROOT:
+    cases.append(((paths["saved_model"], paths["read_only"] + "/masks"),
+                  f"cannot write {paths['read_only']}/masks (Permission denied)"))
+  for (saved_model, output_dir), expected in cases:
+    line = one_error_line(capsys, predict.predict_files, saved_model, [image], output_dir)
+    assert line.startswith(expected), line
+
+
+def test_the_command_lines_say_it_in_one_line(paths):
+  commands = [
+      (["-m", "segmentation.evaluate", "--config=configs/segmentation.py:smoke", f"--workdir={paths['workdir']}",
+        f"--report_dir={paths['file']}"], f"error: cannot write {paths['file']} (File exists)"),
+      (["-m", "segmentation.predict", f"--saved_model={paths['saved_model']}", f"--output_dir={paths['file']}",
+        "photo.png"], f"error: cannot write {paths['file']} (File exists)"),
+  ]
+  for args, expected in commands:
+    result = run_python(args, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert lines[-1].startswith(expected), lines[-5:]
+    assert "Traceback" not in result.stderr
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
