@@ -37,6 +37,9 @@ def get_config(preset=None):
   config.data.shuffle_buffer = 2048
   config.data.class_names = ()  # () = from the source (synthetic, VOC) or class_<id>
   config.data.eval_batch_size = 8  # when all eval images have one size; else 1
+  # Evaluation images are evaluated whole: a larger one is refused before training (4096x2048:
+  # about 2.5 GB of activations for the default network).
+  config.data.eval_max_pixels = 4096 * 2048
   config.data.eval_fraction = 0.1  # held out when a source has no eval split of its own
   config.data.cache_dir = ""  # synthetic scenes are written here; "" = <workdir>/data
   config.data.image_size = 64  # synthetic scenes

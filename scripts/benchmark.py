@@ -291,7 +291,7 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
                                               config.optimizer.clipnorm, jit_compile=xla)
       first, seconds, steps = time_train_step(step_fn, replica_batches, settings)
       progress(f"{name} {phase.name}: the trainer's loop")
-      loop_steps = max(steps, math.ceil(LOOP_WINDOW_S / seconds))
+      loop_steps = settings.steps or max(steps, math.ceil(LOOP_WINDOW_S / seconds))
       loop_rate = time_train_loop(task, config, strategy, model, phase, batches, loop_steps, settings.windows,
                                   os.path.join(workdir, f"{name}-{phase.name}"), xla)
       row = {

@@ -122,7 +122,7 @@ def _check_config(cfg):
   if not cfg.num_classes <= cfg.ignore_label <= 255:
     raise ConfigError(f"data.ignore_label must be in [num_classes, 255] (masks are 8-bit), "
                       f"got {cfg.ignore_label}")
-  for key in ("patch_size", "patches_per_image", "shuffle_buffer", "eval_batch_size"):
+  for key in ("patch_size", "patches_per_image", "shuffle_buffer", "eval_batch_size", "eval_max_pixels"):
     if cfg[key] < 1:
       raise ConfigError(f"data.{key} must be >= 1, got {cfg[key]}")
   if not 0 < cfg.eval_fraction < 1:
@@ -189,7 +189,16 @@ def _checked_splits(cfg, seed, workdir):
     splits = split_file_pairs(images_dir, masks_dir, train_file, eval_file, cfg.duplicates)
   else:
     splits = _folder_splits(cfg)
-  return [_checked_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files) for pairs in splits]
+  checked = [_checked_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files)
+             for pairs in splits]
+  for (image_path, _), info in zip(*checked[1][:2]):
+    if info.height * info.width > cfg.eval_max_pixels:
+      # Evaluated whole: the activations of one image grow with its pixels (about 300 bytes a
+      # pixel for the default network: 19 GB for 8000x8000), so refuse it before any training.
+      raise DataError(f"{image_path}: {info.height}x{info.width} is {info.height * info.width:,} "
+                      f"pixels, more than data.eval_max_pixels={cfg.eval_max_pixels:,}, the bound "
+                      "on one evaluation image's memory; resize it or raise data.eval_max_pixels")
+  return checked
 
 
 def _folder_splits(cfg):

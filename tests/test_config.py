@@ -89,8 +89,8 @@ OWN = {
 CHECKED_ELSEWHERE = {
     "segmentation": {
         "data.source", "data.num_classes", "data.ignore_label", "data.patches_per_image",
-        "data.shuffle_buffer", "data.eval_batch_size", "data.eval_fraction", "data.duplicates",
-        "data.image_size", "data.num_train_images", "data.num_eval_images",
+        "data.shuffle_buffer", "data.eval_batch_size", "data.eval_max_pixels", "data.eval_fraction",
+        "data.duplicates", "data.image_size", "data.num_train_images", "data.num_eval_images",
         "data.cache_dir", "data.images_dir", "data.masks_dir", "data.train_split", "data.eval_split",
         "data.voc_root", "data.train_pattern", "data.eval_pattern", "data.train_images",
         "data.train_labels", "data.eval_images", "data.eval_labels",

@@ -23,10 +23,11 @@ from segmentation import visualize
 # The data fields of configs/segmentation.py, sized for tests.
 DEFAULTS = dict(
     source="synthetic", num_classes=5, ignore_label=255, patch_size=8, patches_per_image=4,
-    skip_bad_files=False, duplicates="error", shuffle_buffer=64, eval_batch_size=16, eval_fraction=0.25,
-    class_names=(), cache_dir="", image_size=24, num_train_images=6, num_eval_images=3, images_dir="",
-    masks_dir="", train_split="", eval_split="", voc_root="", train_pattern="", eval_pattern="",
-    train_images="", train_labels="", eval_images="", eval_labels="", npy_pixel_max=255.0)
+    skip_bad_files=False, duplicates="error", shuffle_buffer=64, eval_batch_size=16,
+    eval_max_pixels=4096 * 2048, eval_fraction=0.25, class_names=(), cache_dir="", image_size=24,
+    num_train_images=6, num_eval_images=3, images_dir="", masks_dir="", train_split="",
+    eval_split="", voc_root="", train_pattern="", eval_pattern="", train_images="", train_labels="",
+    eval_images="", eval_labels="", npy_pixel_max=255.0)
 
 # Folder fixtures encode each pixel's class in the red channel, so that labels
 # can be recomputed from the images after cropping.
@@ -164,6 +165,21 @@ def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path, c
     np.testing.assert_array_equal(labels[:height, :width], mask)
     assert np.all(labels[height:] == 255) and np.all(labels[:, width:] == 255)
     assert np.array_equal(labels_from_colors(images.numpy()[0])[:height, :width], mask)
+
+
+def test_an_evaluation_image_larger_than_eval_max_pixels_is_refused_before_training(tmp_path):
+  # Evaluated whole, an 8000x8000 image needs about 19 GB: refused up front, the file named.
+  sizes = [(20, 24), (40, 30)]
+  images_dir, masks_dir, _ = write_folder(tmp_path, sizes)
+  train_split, eval_split = write_split_files(tmp_path, ["img000"], ["img000", "img001"])
+  cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, train_split=train_split,
+                 eval_split=eval_split, duplicates="warn", eval_max_pixels=1000)
+  with pytest.raises(DataError) as error:
+    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+  assert str(error.value).startswith(f"{images_dir}/img001.png: 40x30 is 1,200 pixels, more than "
+                                     "data.eval_max_pixels=1,000")
+  cfg.eval_max_pixels = 1200  # the training image (480 pixels) never counts, nor one at the bound
+  assert seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
 
 
 def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
