@@ -37,10 +37,14 @@ def _record(signum, frame):
 
 
 def install():
-  """Records SIGTERM and SIGINT from now on; the handlers in place before are kept for uninstall()."""
+  """Records SIGTERM and SIGINT from now on; the handlers in place before are kept for uninstall().
+
+  Safe to call again, and needed once TensorFlow's multi-worker runtime has started: its
+  preemption notifier takes SIGTERM over in C, where signal.getsignal() still reports this
+  module's handler (see reclaim()).
+  """
   for signum in _SIGNALS:
-    if signal.getsignal(signum) is not _record:
-      _previous[signum] = signal.signal(signum, _record)
+    _previous.setdefault(signum, signal.signal(signum, _record))
 
 
 def uninstall():
@@ -51,15 +55,21 @@ def uninstall():
   _received.clear()
 
 
+def reclaim():
+  """install() again where installed: after TensorFlow's multi-worker runtime starts."""
+  if _previous:
+    install()
+
+
 @contextlib.contextmanager
 def recording():
-  """install() for the duration, unless already installed (by the CLI, which then uninstalls)."""
-  installed = signal.getsignal(signal.SIGTERM) is _record
+  """install() for the duration; uninstalls after unless installed before (by the CLI)."""
+  owner = not _previous
   install()
   try:
     yield
   finally:
-    if not installed:
+    if owner:
       uninstall()
 
 

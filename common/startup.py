@@ -3,6 +3,7 @@ import keras
 
 from common import config as config_lib
 from common import hardware
+from common import signals
 from common import workdir as workdir_lib
 
 
@@ -21,6 +22,7 @@ def prepare_run(config, workdir=None):
   hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth)
   # Before any op: MultiWorkerMirroredStrategy configures the collective ops at start-up.
   strategy = hardware.make_strategy(config.distribution.strategy)
+  signals.reclaim()  # a multi-worker runtime has just taken SIGTERM over
   hardware.set_determinism(config.seed, config.deterministic)
   keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
   return strategy
