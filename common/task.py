@@ -72,6 +72,8 @@ class Task:
     calibrate: optional calibrate(model), run on a model before each evaluation of its weights
       (during training and of a checkpoint; not of a SavedModel, which holds the result):
       Inception V4 recomputes the BatchNorm statistics of layers trained from random weights.
+    run_files: {file name: text} the loop writes into the workdir with config.json, once the run
+      holds the lock and its checkpoint is checked (Inception's labels.txt and class_balance.csv).
   """
   name: str
   train_dataset: tf.data.Dataset
@@ -90,6 +92,7 @@ class Task:
   input_fingerprint: dict = dataclasses.field(default_factory=dict)
   data_report: dict = dataclasses.field(default_factory=dict)
   calibrate: Optional[Callable[[keras.Model], None]] = None
+  run_files: dict = dataclasses.field(default_factory=dict)
 
   def make_evaluate_fn(self, model):
     """evaluate_fn() -> Evaluation of `model`'s current weights, compiled once."""

@@ -138,7 +138,7 @@ def train(config, workdir, *, strategy, model, phases, task):
     start_step = int(run.step)
     signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
                       f"the same command again to {'resume' if start_step else 'start'}")
-    workdir_lib.write_run_config(config, out)
+    workdir_lib.write_run_config(config, out, task.run_files)
     start_time = time.time()
     with diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
       phase_end = 0

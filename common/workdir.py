@@ -23,17 +23,6 @@ from common.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
 CONFIG_HISTORY_DIR = "configs"
-# {(absolute workdir, file name): text} that a trainer's data gave for the workdir (Inception's
-# labels.txt), written with config.json: only once the run holds the lock and its checkpoint has
-# been checked, so that a refused run leaves the previous run's files as they were.
-_run_files = {}
-
-
-def add_run_file(workdir, name, text):
-  """Has write_run_config write `text` to <workdir>/<name> (replacing what an earlier call gave)."""
-  _run_files[os.path.abspath(workdir), name] = text
-
-
 def os_error_line(path, error, flag="--workdir"):
   """One line for an OS error on `path` (given by command-line flag `flag`): what happened and what to do."""
   reason = error.strerror or str(error)
@@ -128,9 +117,10 @@ def remove_leftovers(checkpoint_dir):
         os.remove(leftover)
 
 
-def write_run_config(config, workdir):
+def write_run_config(config, workdir, files=None):
   """Logs what changed since the last run's config, then writes config.json / config.txt, a copy
-  that is never overwritten, configs/<start time>.json, and the files add_run_file gave."""
+  that is never overwritten, configs/<start time>.json, and `files` ({name: text}, a task's
+  run_files) into the workdir."""
   current = config.to_dict()
   latest_path = os.path.join(workdir, "config.json")
   if os.path.isfile(latest_path):
@@ -145,12 +135,10 @@ def write_run_config(config, workdir):
     os.makedirs(history, exist_ok=True)
     with open(os.path.join(history, f"{stamp}.json"), "w") as f:
       json.dump(current, f, indent=2, sort_keys=True, default=str)
-    for (directory, name), text in list(_run_files.items()):
-      if directory == os.path.abspath(workdir):
-        with open(os.path.join(workdir, name), "w", newline="") as f:
-          f.write(text)
-        logging.info("wrote %s", os.path.join(workdir, name))
-        del _run_files[directory, name]
+    for name, text in (files or {}).items():
+      with open(os.path.join(workdir, name), "w", newline="") as f:
+        f.write(text)
+      logging.info("wrote %s", os.path.join(workdir, name))
 
 
 def config_diff(old, new, prefix=""):

@@ -30,7 +30,6 @@ from PIL import Image
 import tensorflow as tf
 
 from common import data as common_data
-from common import workdir as workdir_lib
 from common.errors import ConfigError
 from common.errors import DataError
 from inception_finetune import preprocessing
@@ -67,6 +66,8 @@ class ClassificationData:
       `train` itself would draw another shuffle).
     data_report: what the checks skipped (common/data.skip_report), for metrics.json.
     train_files: the training images, or TFRecord shards, in order.
+    run_files: {name: text} of labels.txt and class_balance.csv, which the loop writes into the
+      workdir with config.json, once the run's checks pass.
   """
   train: tf.data.Dataset
   eval: tf.data.Dataset
@@ -78,6 +79,7 @@ class ClassificationData:
   new_train: Callable[[], tf.data.Dataset]
   data_report: dict = dataclasses.field(default_factory=dict)
   train_files: list = dataclasses.field(default_factory=list)
+  run_files: dict = dataclasses.field(default_factory=dict)
 
 
 # A source in a uniform shape: read(seed) -> dataset of (encoded image bytes, int32 label),
@@ -93,8 +95,7 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
     data_cfg: the config's `data` section (configs/inception_v4.py).
     batch_size: training images per batch.
     seed: seeds synthetic images, shuffles, oversampling and distortions.
-    workdir: where labels.txt, class_balance.csv (written once the run's checks pass) and
-      synthetic images go.
+    workdir: where synthetic images go.
   """
   _check_config(data_cfg)
   class_names, train_source, eval_source = _make_sources(data_cfg, seed, workdir)
@@ -102,10 +103,6 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
   report = class_balance_report(train_source.counts, class_names, data_cfg.min_class_count)
   for line in report.splitlines():
     logging.info("%s", line)
-  if workdir:  # written with config.json, once the run's checks pass (common/workdir.add_run_file)
-    workdir_lib.add_run_file(workdir, LABELS_FILENAME, labels_file_text(class_names))
-    workdir_lib.add_run_file(workdir, CLASS_BALANCE_FILENAME, class_balance_csv(
-        train_source.counts, class_names, data_cfg.min_class_count))
   train = _make_train(train_source, data_cfg, batch_size, seed)
   if data_cfg.oversample_to:
     logging.info("oversampling: classes drawn as though each had at least %d images",
@@ -118,6 +115,9 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
                             class_names=tuple(class_names), train_counts=train_source.counts,
                             num_eval=int(eval_source.counts.sum()), data_report=report,
                             train_files=train_source.files,
+                            run_files={LABELS_FILENAME: labels_file_text(class_names),
+                                       CLASS_BALANCE_FILENAME: class_balance_csv(
+                                           train_source.counts, class_names, data_cfg.min_class_count)},
                             new_train=lambda: _make_train(train_source, data_cfg, batch_size, seed))
 
 

@@ -269,7 +269,7 @@ def input_fingerprint(config, data):
 
 
 def make_task(config, workdir):
-  """Checks the config, builds the datasets (labels.txt and synthetic images go to workdir) -> Task."""
+  """Checks the config, builds the datasets (synthetic images go to workdir; labels.txt is a run file) -> Task."""
   validate_config(config)
   cfg = config.data
   data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, workdir)
@@ -297,4 +297,5 @@ def make_task(config, workdir):
       image_summaries_fn=image_summaries,
       input_fingerprint=input_fingerprint(config, data),
       data_report=data.data_report,
+      run_files=data.run_files,
       calibrate=make_batch_norm_calibration(config, data.new_train))

@@ -66,7 +66,7 @@ def test_class_folders_give_normalized_batches_and_a_labels_file(tmp_path):
   assert data.train_counts.sum() + data.num_eval == 15
   labels_file = tmp_path / "run" / data_lib.LABELS_FILENAME
   assert not labels_file.exists()  # written with config.json, once the run's checks pass
-  workdir_lib.write_run_config(config_lib.get_config("smoke"), str(tmp_path / "run"))
+  workdir_lib.write_run_config(config_lib.get_config("smoke"), str(tmp_path / "run"), data.run_files)
   assert labels_file.read_text() == "0:breed_0\n1:breed_1\n2:breed_2\n"
   assert data_lib.read_labels_file(str(labels_file)) == list(data.class_names)
   np.testing.assert_array_equal(data.train_counts, [5, 4, 3])
