@@ -63,10 +63,24 @@ def base_config():
   config.train.best_mode = "max"  # max | min (a metric where lower is better, a loss)
 
   config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.learning_rate = 1e-3
-  config.optimizer.decay_steps = 1000
-  config.optimizer.decay_rate = 1.0  # 1.0 = constant learning rate
-  config.optimizer.staircase = False
+  config.optimizer.name = "adam"  # adam | adamw | sgd | rmsprop
+  config.optimizer.learning_rate = 1e-3  # the peak: the schedule starts here, after any warm-up
+  # constant | exponential | cosine | piecewise | polynomial, over each phase's own steps.
+  config.optimizer.schedule = "exponential"
+  config.optimizer.warmup_steps = 0  # the rate rises linearly to the schedule's over these steps
+  config.optimizer.decay_steps = 1000  # exponential: times decay_rate every decay_steps
+  config.optimizer.decay_rate = 1.0  # exponential; piecewise: the factor at each boundary
+  config.optimizer.staircase = False  # exponential: whole decay_steps only
+  config.optimizer.boundaries = ()  # piecewise: the steps where the rate is multiplied by decay_rate
+  config.optimizer.final_fraction = 0.0  # cosine, polynomial: the last step's rate / learning_rate
+  config.optimizer.power = 1.0  # polynomial (1 = linear)
+  config.optimizer.adam = ml_collections.ConfigDict({"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7})
+  # adamw: adam's settings, and decoupled weight decay (of kernels, not biases or BatchNorm).
+  config.optimizer.adamw = ml_collections.ConfigDict({"weight_decay": 0.01})
+  config.optimizer.sgd = ml_collections.ConfigDict({"momentum": 0.9, "nesterov": False})
+  # TF-Slim's train_image_classifier.py settings (its Inception recipe's optimizer). Keras starts
+  # the mean square at 0 where TF-Slim started it at 1; epsilon 1.0 keeps the first steps small.
+  config.optimizer.rmsprop = ml_collections.ConfigDict({"rho": 0.9, "momentum": 0.9, "epsilon": 1.0})
   config.optimizer.clipnorm = 1.0  # clip by global norm; 0 turns clipping off
   config.optimizer.allow_extreme_learning_rate = False
 
@@ -239,8 +253,25 @@ def validate_config(config):
       "train.best_mode": one_of("max", "min"),
       "optimizer.allow_extreme_learning_rate": BOOL,  # before the learning rate, which it widens
       "optimizer.learning_rate": learning_rate(config.optimizer.allow_extreme_learning_rate),
+      "optimizer.name": one_of("adam", "adamw", "sgd", "rmsprop"),
+      "optimizer.schedule": one_of("constant", "exponential", "cosine", "piecewise", "polynomial"),
+      "optimizer.warmup_steps": NON_NEGATIVE_INT,
       "optimizer.decay_rate": number(0, 1, low_open=True),
       "optimizer.staircase": BOOL,
+      "optimizer.boundaries": Check(
+          lambda v: sequence_of(POSITIVE_INT, "").ok(v) and list(v) == sorted(set(v)),
+          "increasing positive step numbers, e.g. (3000, 6000)"),
+      "optimizer.final_fraction": FRACTION,
+      "optimizer.power": POSITIVE,
+      "optimizer.adam.beta_1": FRACTION,
+      "optimizer.adam.beta_2": FRACTION,
+      "optimizer.adam.epsilon": POSITIVE,
+      "optimizer.adamw.weight_decay": NON_NEGATIVE,
+      "optimizer.sgd.momentum": FRACTION,
+      "optimizer.sgd.nesterov": BOOL,
+      "optimizer.rmsprop.rho": FRACTION,
+      "optimizer.rmsprop.momentum": FRACTION,
+      "optimizer.rmsprop.epsilon": POSITIVE,
       "optimizer.clipnorm": NON_NEGATIVE,  # 0 = off
       "summaries.max_outputs": NON_NEGATIVE_INT,  # 0 = no images
       **dict.fromkeys(["summaries.histograms", "summaries.bias_histograms",

@@ -1,15 +1,68 @@
-"""The optimizer of every phase: Adam with exponential decay inside a LossScaleOptimizer.
+"""The optimizer of every phase and its learning-rate schedule, inside a LossScaleOptimizer.
 
 The LossScaleOptimizer is the loop's non-finite guard in both precisions (float32 starts at
 scale 1, where scaling is exact): a step whose gradients are not finite changes no weight.
+Each phase has its own optimizer, so a schedule counts the steps of its phase from 0.
 """
 import keras
+import tensorflow as tf
+
+# Decoupled weight decay (AdamW) shrinks kernels only: biases and BatchNorm's offsets and scales
+# are left alone, as in Loshchilov & Hutter's and most recipes.
+NO_WEIGHT_DECAY = ["bias", "beta", "gamma"]
 
 
-def make_optimizer(opt_cfg, mixed_precision, learning_rate=None):
-  """learning_rate overrides opt_cfg.learning_rate (a second fine-tuning phase, say)."""
-  schedule = keras.optimizers.schedules.ExponentialDecay(
-      learning_rate if learning_rate is not None else opt_cfg.learning_rate,
-      decay_steps=opt_cfg.decay_steps, decay_rate=opt_cfg.decay_rate, staircase=opt_cfg.staircase)
-  inner = keras.optimizers.Adam(schedule)  # clipping is the train step's (train_step.make_train_step)
+def make_optimizer(opt_cfg, mixed_precision, num_steps, learning_rate=None):
+  """The phase's optimizer; num_steps is the phase's length (cosine and polynomial decay over it),
+  learning_rate overrides opt_cfg.learning_rate (a second fine-tuning phase, say)."""
+  schedule = make_schedule(opt_cfg, num_steps,
+                           learning_rate if learning_rate is not None else opt_cfg.learning_rate)
+  # Clipping is the train step's (train_step.make_train_step), not the optimizer's.
+  if opt_cfg.name in ("adam", "adamw"):
+    adam = opt_cfg.adam
+    inner = keras.optimizers.Adam(schedule, beta_1=adam.beta_1, beta_2=adam.beta_2, epsilon=adam.epsilon,
+                                  weight_decay=opt_cfg.adamw.weight_decay if opt_cfg.name == "adamw" else None)
+    if opt_cfg.name == "adamw":
+      inner.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+  elif opt_cfg.name == "sgd":
+    inner = keras.optimizers.SGD(schedule, momentum=opt_cfg.sgd.momentum, nesterov=opt_cfg.sgd.nesterov)
+  else:
+    rms = opt_cfg.rmsprop
+    inner = keras.optimizers.RMSprop(schedule, rho=rms.rho, momentum=rms.momentum, epsilon=rms.epsilon)
   return keras.optimizers.LossScaleOptimizer(inner, initial_scale=2.0**15 if mixed_precision else 1.0)
+
+
+def make_schedule(opt_cfg, num_steps, learning_rate):
+  """optimizer.schedule as a Keras schedule of the phase's step, with optimizer.warmup_steps of
+  linear warm-up in front of it."""
+  name = opt_cfg.schedule
+  if name == "constant":
+    # A schedule rather than a float: a float would be a variable in the checkpoint, which a
+    # resume with another schedule could not restore.
+    decay = keras.optimizers.schedules.ExponentialDecay(learning_rate, 1, 1.0)
+  elif name == "exponential":
+    decay = keras.optimizers.schedules.ExponentialDecay(
+        learning_rate, opt_cfg.decay_steps, opt_cfg.decay_rate, staircase=opt_cfg.staircase)
+  elif name == "cosine":
+    decay = keras.optimizers.schedules.CosineDecay(learning_rate, max(num_steps, 1),
+                                                   alpha=opt_cfg.final_fraction)
+  elif name == "piecewise":
+    values = [learning_rate * opt_cfg.decay_rate**i for i in range(len(opt_cfg.boundaries) + 1)]
+    decay = keras.optimizers.schedules.PiecewiseConstantDecay(list(opt_cfg.boundaries), values)
+  else:
+    decay = keras.optimizers.schedules.PolynomialDecay(
+        learning_rate, max(num_steps, 1), learning_rate * opt_cfg.final_fraction, power=opt_cfg.power)
+  return WarmUp(decay, opt_cfg.warmup_steps) if opt_cfg.warmup_steps else decay
+
+
+class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
+  """The schedule's value times (step + 1) / warmup_steps over the first warmup_steps steps: the
+  first update is already a small one, and the schedule's own curve is reached without a jump."""
+
+  def __init__(self, schedule, warmup_steps):
+    self.schedule, self.warmup_steps = schedule, warmup_steps
+
+  def __call__(self, step):
+    ramp = tf.minimum(1.0, (tf.cast(step, tf.float32) + 1.0) / float(self.warmup_steps))
+    return self.schedule(step) * ramp
+

@@ -113,7 +113,7 @@ class Task:
 def single_phase(num_steps, optimizer_config, mixed_precision):
   """The phase list of a trainer that trains every layer with one optimizer."""
   return [train_loop.Phase("train", num_steps,
-                           optimizers.make_optimizer(optimizer_config, mixed_precision))]
+                           optimizers.make_optimizer(optimizer_config, mixed_precision, num_steps))]
 
 
 def load_predict_fn(task, workdir, saved_model=None):

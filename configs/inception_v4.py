@@ -30,8 +30,8 @@ def get_config(preset=None):
   config.train.eval_every = 500
   config.train.checkpoint_every = 500
   config.optimizer.learning_rate = 1e-4  # phase 1 (the new head)
-  config.optimizer.decay_steps = 1000
-  config.optimizer.decay_rate = 1.0
+  # TF-Slim's fine-tuning recipe used rmsprop (optimizer.rmsprop has its settings) with fixed rates.
+  config.optimizer.schedule = "constant"
   config.optimizer.clipnorm = 5.0
 
   config.finetune = ml_collections.ConfigDict()

@@ -198,13 +198,14 @@ def make_phases(config, model, mixed_precision):
   """
   head_scopes = slim_checkpoint.parse_scopes(config.trainable_scopes)
   last_scopes = unfrozen_scopes(config)
+  head_steps = config.finetune.head_steps
+  unfrozen_steps = config.train.num_steps - head_steps
   head = train_loop.Phase(
-      "head", config.finetune.head_steps,
-      optimizers.make_optimizer(config.optimizer, mixed_precision),
+      "head", head_steps, optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps),
       prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes))
   unfrozen = train_loop.Phase(
-      "unfrozen", config.train.num_steps - config.finetune.head_steps,
-      optimizers.make_optimizer(config.optimizer, mixed_precision,
+      "unfrozen", unfrozen_steps,
+      optimizers.make_optimizer(config.optimizer, mixed_precision, unfrozen_steps,
                                 learning_rate=config.finetune.learning_rate),
       prepare=lambda: slim_checkpoint.set_trainable_scopes(model, last_scopes))
   return [head, unfrozen]

@@ -428,7 +428,7 @@ def measure_full_network(result, strategy):
   keras.mixed_precision.set_global_policy("float32")
   with strategy.scope():
     model = task.build_model()
-    optimizer = optimizers.make_optimizer(config.optimizer, False)
+    optimizer = optimizers.make_optimizer(config.optimizer, False, config.train.num_steps)
     optimizer.build(model.trainable_variables)
   batches = [distributed.distribute_batch(batch, strategy) for batch in result["_batches"]]
   rates, steps = {}, 1

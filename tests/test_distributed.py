@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent("""
         inputs = keras.Input((6,))
         hidden = keras.layers.Dense(8, activation="relu", kernel_regularizer=keras.regularizers.L2(1e-3))(inputs)
         model = keras.Model(inputs, keras.layers.Dense(3)(hidden))
-        optimizer = optimizers.make_optimizer(config.optimizer, False)
+        optimizer = optimizers.make_optimizer(config.optimizer, False, config.train.num_steps)
       data = tf.data.Dataset.range(1000).map(
           lambda i: (tf.random.stateless_normal([6], [i, 0]), tf.cast(i % 3, tf.int32))).batch(8)
 

@@ -80,7 +80,8 @@ def run_training(tmp_path, config, model, loss_fn=pixel_loss_fn, image_summaries
                  learning_rate=None, metrics_fn=pixel_accuracy):
   strategy = startup.prepare_run(config)
   with strategy.scope():
-    optimizer = optimizers.make_optimizer(config.optimizer, config.mixed_precision, learning_rate)
+    optimizer = optimizers.make_optimizer(config.optimizer, config.mixed_precision, config.train.num_steps,
+                                          learning_rate)
   task = loop_task(patch_dataset(), loss_fn, metrics_fn, image_summaries_fn)
   return train_loop.train(config, str(tmp_path), strategy=strategy, model=model, task=task,
                           phases=[train_loop.Phase("train", config.train.num_steps, optimizer)])
@@ -321,7 +322,7 @@ def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=
     inputs = keras.Input((3,))
     hidden = keras.layers.BatchNormalization()(keras.layers.Dense(8, activation="relu")(inputs))
     model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
-    optimizer = optimizers.make_optimizer(config.optimizer, False)
+    optimizer = optimizers.make_optimizer(config.optimizer, False, config.train.num_steps)
   task = loop_task(dataset or indexed_dataset(), loss_fn)
   results = train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
                              phases=[train_loop.Phase("train", steps, optimizer)])

@@ -57,7 +57,7 @@ def run_loop(workdir, config, metrics_fn=None, fingerprint=None):
   strategy = startup.prepare_run(config, str(workdir))
   with strategy.scope():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    optimizer = optimizers.make_optimizer(config.optimizer, False)
+    optimizer = optimizers.make_optimizer(config.optimizer, False, config.train.num_steps)
   task = loop_task(regression_data(), mse_loss, metrics_fn)
   task.input_fingerprint = fingerprint or {"train.batch_size": config.train.batch_size}
   return train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
