@@ -6,10 +6,10 @@ python -m inception_finetune.evaluate --config=configs/inception_v4.py --saved_m
 Writes per_class_accuracy.csv, confusion_matrix.csv and confusion_matrix.png
 into --report_dir (default <workdir>/eval) and prints the scalar metrics as JSON.
 """
-from common import signals
+from common import process
 
 if __name__ == "__main__":
-  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import json
 import os

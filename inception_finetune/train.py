@@ -6,10 +6,10 @@ checkpoint (its head excluded) -> phase 1 trains the new head (trainable_scopes)
 -> phase 2 unfreezes the last base blocks at a lower learning rate -> the
 shared training loop (evaluation report in eval/) -> SavedModel.
 """
-from common import signals
+from common import process
 
 if __name__ == "__main__":
-  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import os
 

@@ -3,10 +3,10 @@
 python -m segmentation.evaluate --config=configs/segmentation.py --workdir=runs/segmentation
 python -m segmentation.evaluate --config=configs/segmentation.py --saved_model=runs/segmentation/saved_model
 """
-from common import signals
+from common import process
 
 if __name__ == "__main__":
-  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import json
 import os

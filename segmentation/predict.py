@@ -2,10 +2,10 @@
 
 python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg b.png
 """
-from common import signals
+from common import process
 
 if __name__ == "__main__":
-  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import os
 

@@ -2,10 +2,10 @@
 
 The recipe: config -> task (data, model, loss, metrics) -> the shared training loop -> SavedModel.
 """
-from common import signals
+from common import process
 
 if __name__ == "__main__":
-  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import os
 

@@ -6,10 +6,10 @@ python -m triplet.evaluate --config=configs/triplet.py --saved_model=runs/triple
 Metrics go to stdout as JSON (VAL at FAR 1e-3 as "n/a (...)" when the pairs are too few for it);
 the ROC curve of the verification pairs to roc.png in --report_dir (default <workdir>/eval).
 """
-from common import signals
+from common import process
 
 if __name__ == "__main__":
-  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import json
 import os

@@ -5,10 +5,10 @@ triplet loss with online mining or the softmax sanity check, held-out
 evaluation) -> the evaluation before training -> the shared training loop ->
 a SavedModel from uint8 images to embeddings.
 """
-from common import signals
+from common import process
 
 if __name__ == "__main__":
-  signals.install()  # before TensorFlow's import: a signal during it is recorded, not a traceback
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import json
 import os
