@@ -4,6 +4,7 @@ A UserError (bad config key or value, unreadable file, wrong checkpoint) ends
 the program with one line on stderr and exit code 2; an interrupted run exits
 128 + the signal number after its checkpoint is written.
 """
+import importlib.util
 import logging as std_logging
 import os
 import sys
@@ -16,6 +17,7 @@ import tensorflow as tf
 
 from common import checkpoints
 from common import config as config_lib
+from common import run_log
 from common import signals
 from common import train_loop
 from common import workdir as workdir_lib
@@ -29,6 +31,7 @@ EXIT_DIVERGED = 3
 
 def define_flags(default_config, default_workdir):
   """Defines --config (file[:preset], with --config.key=value overrides) and --workdir."""
+  _config_default[:] = [default_config]  # for --help
   _check_config_args(default_config, sys.argv)
   config_flag = config_flags.DEFINE_config_file(
       "config", default_config, "Config file, with a preset after a colon: configs/x.py:smoke.",
@@ -107,11 +110,40 @@ def fail(message, code=EXIT_USER_ERROR):
 
 
 def _parse_flags(argv):
-  """absl's parser, with config errors turned into one line and exit code 2."""
+  """absl's parser, with config errors turned into one line and exit code 2, and --help."""
+  if any(arg in _HELP_ARGS for arg in argv[1:]):
+    print(help_text(argv), flush=True)
+    sys.exit(0)
   try:
     return flags.FLAGS(argv)  # the program name and the positional arguments (predict's files)
   except Exception as e:  # flags.Error, or an error raised inside the config file.
     fail(str(_user_error_in(e) or e))
+
+
+_config_default = []
+_HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
+_OTHERS_FLAGS = ("absl", "tensorflow", "keras", "ml_collections")
+
+
+def help_text(argv):
+  """The command's docstring, its own flags (absl's --help lists none of them: they are defined in
+  common/, not in the main module) and its config file's presets, one line each."""
+  lines = [(sys.modules["__main__"].__doc__ or "").strip(), "", "flags:"]
+  for module, defined in sorted(flags.FLAGS.flags_by_module_dict().items()):
+    for flag in defined if not module.startswith(_OTHERS_FLAGS) else ():
+      default = f" (default {flag.default_as_str})" if flag.default is not None else ""
+      lines.append(f"  --{flag.name}: {flag.help}{default}")
+  if "config" in flags.FLAGS:
+    config_args = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(("--config=", "-config="))]
+    path = (config_args[-1] if config_args else _config_default[0]).split(":")[0]
+    lines += ["  --config.<key>=<value>: any field of the config file, e.g. --config.train.num_steps=100 "
+              "(--helpfull lists them all)", "", f"presets of {path} (--config={path}:<preset>):"]
+    spec = importlib.util.spec_from_file_location("config_for_help", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    width = max(map(len, module.PRESETS))
+    lines += [f"  {name:<{width}}  {description}" for name, description in module.PRESETS.items()]
+  return "\n".join(lines)
 
 
 def _quiet_tensorflow_info(record):
@@ -127,6 +159,7 @@ def run(main):
 
   def guarded_main(argv):
     logging.get_absl_handler().addFilter(_quiet_tensorflow_info)
+    run_log.start(_quiet_tensorflow_info)
     std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
     run_guarded(main, argv)
     run_guarded(signals.finish, "after the run had finished; every output is written")

@@ -15,8 +15,10 @@ import tensorflow as tf
 
 from common import checkpoints
 from common import optimizers
+from common import run_log
 from common import signals
 from common import train_loop
+from common import workdir as workdir_lib
 from common.errors import CheckpointError
 
 # A signal stops an evaluation before its next batch (the training loop says what it saved).
@@ -132,6 +134,10 @@ def load_predict_fn(task, workdir, saved_model=None):
 def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
   """Scores a SavedModel or the newest checkpoint; writes the report into report_dir if given."""
   predict = signals.checked(load_predict_fn(task, workdir, saved_model), _DURING_EVALUATION)
+  if report_dir:
+    with workdir_lib.writing(report_dir, flag="--report_dir"):
+      os.makedirs(report_dir, exist_ok=True)
+    run_log.keep_in(os.path.join(report_dir, "eval.log"))
   evaluation = task.evaluate(predict, bool(saved_model))
   if report_dir:
     evaluation.write(report_dir)

@@ -31,6 +31,7 @@ import tensorflow as tf
 from common import checkpoints as checkpoints_lib
 from common import diagnostics
 from common import distributed
+from common import run_log
 from common import run_state
 from common import signals as signals_lib
 from common import summaries as summaries_lib
@@ -139,6 +140,8 @@ def train(config, workdir, *, strategy, model, phases, task):
     signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
                       f"the same command again to {'resume' if start_step else 'start'}")
     workdir_lib.write_run_config(config, out, task.run_files)
+    if run.chief:
+      run_log.keep_in(os.path.join(out, "train.log"))
     start_time = time.time()
     with diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
       phase_end = 0

@@ -1,14 +1,16 @@
-"""Segmentation trainer config: `--config=configs/segmentation.py[:preset]`.
-
-Presets: default (the README's main job: synthetic scenes, a few minutes on 2
-CPU cores), smoke (seconds, for tests and benchmarks), gtx960m (sized for a
-4 GB card, mixed precision), scenes (whole images whose objects are larger than
-a patch).
-"""
+"""Segmentation trainer config: `--config=configs/segmentation.py[:preset]`."""
 import ml_collections
 
 from common.config import apply_preset
 from common.config import base_config
+
+# One line each for --help; get_config's presets dict holds their values.
+PRESETS = {
+    "default": "the README's main job: patches of synthetic scenes, about a minute on 2 CPU cores",
+    "smoke": "seconds: the same code on a tiny model and data, for tests and benchmarks",
+    "gtx960m": "sized for a 4 GB card (GTX 960M), mixed precision",
+    "scenes": "whole images whose objects are larger than a patch (VOC-like photos)",
+}
 
 
 def get_config(preset=None):

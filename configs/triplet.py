@@ -1,14 +1,16 @@
-"""Triplet-loss embedding trainer config: `--config=configs/triplet.py[:preset]`.
-
-Presets: default (the FaceNet-style recipe: 182 -> 160 crops, 32 identities x
-4 images, 128-d embeddings; sized for a GPU, slow on a CPU), smoke (seconds,
-for tests), gtx960m (the default with mixed precision, for a 4 GB card), small
-(40 px images, minutes on a CPU).
-"""
+"""Triplet-loss embedding trainer config: `--config=configs/triplet.py[:preset]`."""
 import ml_collections
 
 from common.config import apply_preset
 from common.config import base_config
+
+# One line each for --help; get_config's presets dict holds their values.
+PRESETS = {
+    "default": "the FaceNet-style recipe: 182 -> 160 crops, 32 identities x 4 images, 128-d; GPU-sized",
+    "smoke": "seconds: the same code on a tiny model and data, for tests",
+    "gtx960m": "the default with mixed precision, for a 4 GB card (GTX 960M)",
+    "small": "40 px images (the handwritten numbers of scripts/make_real_sets.py), minutes on a CPU",
+}
 
 
 def get_config(preset=None):

@@ -136,6 +136,8 @@ def test_every_preset_passes(trainer):
   config_name = TRAINERS[trainer][0]
   names = presets(config_name)
   assert {"default", "smoke", "gtx960m"} <= set(names)
+  # --help lists PRESETS, one line each: every preset has its line, and no line is left over.
+  assert sorted(importlib.import_module(f"configs.{config_name}").PRESETS) == sorted(names)
   for name in names:
     validate(trainer, make_config(config_name, name))
 

@@ -1,0 +1,73 @@
+"""What the CLIs print and keep: --help, output that starts with the run's own lines (TensorFlow's
+C++ start-up lines held back), and the run's log appended to <workdir>/train.log and eval.log."""
+import importlib
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from common import workdir as workdir_lib
+import helpers
+
+# A line of TensorFlow's C++ logging (file.cc:line]); absl's Python lines name a .py file.
+CPP_LINE = re.compile(r"\S+\.cc:\d+\]")
+
+
+def run_cli(args):
+  """The command as a user runs it: TF_CPP_MIN_LOG_LEVEL not set (helpers.run_python sets it)."""
+  env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+  return subprocess.run([sys.executable] + args, cwd=helpers.REPO_ROOT, capture_output=True,
+                        text=True, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("module, config, own_flags", [
+    ("segmentation.train", "segmentation", ["--config", "--workdir"]),
+    ("triplet.evaluate", "triplet", ["--config", "--workdir", "--saved_model", "--report_dir"]),
+    ("segmentation.predict", None, ["--saved_model", "--output_dir"]),
+])
+def test_help_exits_0_listing_the_flags_and_presets(module, config, own_flags):
+  result = run_cli(["-m", module, "--help"])
+  assert result.returncode == 0, result.stderr[-2000:]
+  listed = re.findall(r"^  (--[a-z_]+):", result.stdout, re.M)
+  assert listed == own_flags, result.stdout
+  if config:
+    presets = importlib.import_module(f"configs.{config}").PRESETS
+    for name, description in presets.items():
+      assert re.search(rf"^  {name} +{re.escape(description)}$", result.stdout, re.M), result.stdout
+  assert not CPP_LINE.search(result.stdout + result.stderr), result.stderr
+
+
+@pytest.mark.slow
+def test_run_output_starts_with_its_own_lines_and_its_log_is_kept(tmp_path):
+  workdir = str(tmp_path / "run")
+  command = ["-m", "segmentation.train", "--config=configs/segmentation.py:smoke",
+             "--config.train.num_steps=2", f"--workdir={workdir}"]
+  first = run_cli(command)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert not CPP_LINE.search(first.stderr), first.stderr[:2000]
+  assert "hardware.py" in first.stderr.splitlines()[0]  # the device report opens the output
+  log_path = os.path.join(workdir, "train.log")
+  with open(log_path) as f:
+    log = f.read()
+  # The lines before the workdir was taken (devices, data) are in it too, and the progress.
+  assert "GPU: none" in log and "step 2/2" in log and log.count("hardware.py") >= 3
+
+  with workdir_lib.locked(workdir):  # another run holds the workdir: refused, nothing appended
+    refused = run_cli(command)
+  assert refused.returncode == 2 and "is in use by another run" in refused.stderr
+  with open(log_path) as f:
+    assert f.read() == log
+
+  again = run_cli(command)  # resumed (nothing left to train): appended after the first run's lines
+  assert again.returncode == 0, again.stderr[-2000:]
+  with open(log_path) as f:
+    appended = f.read()
+  assert appended.startswith(log) and "hardware.py" in appended[len(log):]
+
+  evaluated = run_cli(["-m", "segmentation.evaluate", "--config=configs/segmentation.py:smoke",
+                       f"--workdir={workdir}"])
+  assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+  with open(os.path.join(workdir, "eval", "eval.log")) as f:
+    assert "evaluating" in f.read()
