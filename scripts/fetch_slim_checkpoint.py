@@ -7,7 +7,8 @@ then train with --config.checkpoint_path=./inception_v4.ckpt.
 
 The tarball is the one TF-Slim's README links (--url). It is downloaded to <output_dir>/<name>.part,
 continued with an HTTP Range request after an interruption where the server allows it (else downloaded
-again), and renamed to <name> once complete: its size is the server's Content-Length (or --size), its
+again; a part the server says is already whole is checked as it is), and renamed to <name> once
+complete: its size is the server's Content-Length (or --size), its
 sha256 is printed and checked against --sha256 when given, and gzip's own CRC checks it again while
 extracting. The checkpoint is extracted into a temporary folder (regular files only, nothing outside
 it) and moved into --output_dir only once its 608 variables have TF-Slim's names and the shapes of this
@@ -96,28 +97,30 @@ def download(url, tarball, sha256, size, say):
   try:
     response = urllib.request.urlopen(request, timeout=_TIMEOUT_S)
   except urllib.error.HTTPError as e:
-    if e.code != 416 or not done:  # 416: the part is as long as the file, or longer, and was refused
+    if e.code != 416 or not done:
       raise FetchError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
-    say(f"{part} is as long as {url} or longer, and not that file: downloading it again")
-    os.remove(part)
-    return download(url, tarball, sha256, size, say)
+    # 416: no byte after the part's last, so the part is the whole file (its rename was missed) or
+    # longer: the checks below tell.
+    say(f"{part} is as long as {url}: checking it")
+    response, total = None, size
   except (urllib.error.URLError, OSError) as e:
     reason = getattr(e, "reason", None) or e
     raise FetchError(f"cannot download {url} ({reason}); check the network, or download it by hand "
                      "and pass --from_file") from None
-  with response:
-    resumed = done and response.status == 206
-    if done and not resumed:
-      say(f"{url} does not continue downloads: downloading it again, not from byte {done:,}")
-      done = 0
-    remaining = response.headers.get("Content-Length")
-    total = size or (done + int(remaining) if remaining is not None else None)
-    say(f"downloading {url} to {part}" + (f", continued from byte {done:,}" if resumed else ""))
-    with open(part, "ab" if resumed else "wb") as f:
-      done = _copy(response, f, done, total, url, part, say)
-  if total is not None and done != total:
-    raise FetchError(f"the download of {url} stopped at {done:,} of {total:,} bytes; {part} is kept: run "
-                     "again to continue it")
+  if response:
+    with response:
+      resumed = done and response.status == 206
+      if done and not resumed:
+        say(f"{url} does not continue downloads: downloading it again, not from byte {done:,}")
+        done = 0
+      remaining = response.headers.get("Content-Length")
+      total = size or (done + int(remaining) if remaining is not None else None)
+      say(f"downloading {url} to {part}" + (f", continued from byte {done:,}" if resumed else ""))
+      with open(part, "ab" if resumed else "wb") as f:
+        done = _copy(response, f, done, total, url, part, say)
+    if total is not None and done < total:
+      raise FetchError(f"the download of {url} stopped at {done:,} of {total:,} bytes; {part} is kept: "
+                       "run again to continue it")
   check_file(part, sha256, total, say)
   os.replace(part, tarball)
   say(f"downloaded {tarball}")

@@ -97,6 +97,9 @@ def test_a_download_cut_short_is_continued_by_a_range_request(published, tmp_pat
     def do_GET(self):  # pylint: disable=invalid-name
       start = int(self.headers.get("Range", "bytes=0-")[len("bytes="):].rstrip("-"))
       requests.append(start)
+      if start >= size:
+        self.send_error(416)
+        return
       self.send_response(206 if start else 200)
       if start:
         self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
@@ -116,12 +119,19 @@ def test_a_download_cut_short_is_continued_by_a_range_request(published, tmp_pat
                  "kept: run again to continue it", resumed, url=url, sha256=sha256)
     assert (resumed / f"{NAME}.part").stat().st_size == size // 2 and not (resumed / NAME).exists()
     _, lines = fetch(resumed, url=url, sha256=sha256)
+    assert f"downloading {url} to {resumed / NAME}.part, continued from byte {size // 2:,}" in lines
+    assert (resumed / NAME).read_bytes() == data
+    assert_fetched(resumed)
+
+    complete = tmp_path / "complete"  # a whole part whose rename was missed: nothing left to download
+    complete.mkdir()
+    (complete / f"{NAME}.part").write_bytes(data)
+    _, lines = fetch(complete, url=url, sha256=sha256)
+    assert f"{complete / NAME}.part is as long as {url}: checking it" in lines
+    assert_fetched(complete)
   finally:
     server.shutdown()
-  assert requests == [0, size // 2]
-  assert f"downloading {url} to {resumed / NAME}.part, continued from byte {size // 2:,}" in lines
-  assert (resumed / NAME).read_bytes() == data
-  assert_fetched(resumed)
+  assert requests == [0, size // 2, size]
 
 
 @pytest.mark.slow
