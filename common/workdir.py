@@ -133,8 +133,9 @@ def _read_owner(handle):
 @contextlib.contextmanager
 def _created_lock(workdir, path, owner):
   """LOCK created exclusively, so two runs cannot both create it. One whose owner is gone (killed) or
-  empty (left by a run that used flock) is replaced. Two runs replacing the same stale lock at the same
-  moment could both go on: a race this cannot close, with no kernel lock to arbitrate."""
+  empty (left by a run that used flock) is replaced. Without a kernel lock to arbitrate, two runs
+  could both go on if they replace the same stale LOCK at the same moment, or if one reads a LOCK in
+  the instant between its creation and its owner's name: races this cannot close."""
   while True:
     try:
       descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
