@@ -47,9 +47,10 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", ".", f"Where {slim_checkpoint.PU
                                   "downloaded tarball) go.")
 _URL = flags.DEFINE_string("url", PUBLISHED_URL, "Where the tarball is downloaded from.")
 _FROM_FILE = flags.DEFINE_string("from_file", None, "A tarball downloaded by hand: nothing is downloaded.")
-_SHA256 = flags.DEFINE_string("sha256", "", "The tarball's expected sha256 (hex); empty: printed, not checked.")
-_SIZE = flags.DEFINE_integer("size", 0, "The tarball's expected size in bytes; 0: the server's Content-Length.",
-                             lower_bound=0)
+_SHA256 = flags.DEFINE_string("sha256", "", "The tarball's expected sha256 (hex); empty: printed, not "
+                              "checked.")
+_SIZE = flags.DEFINE_integer("size", 0, "The tarball's expected size in bytes; 0: the server's "
+                             "Content-Length.", lower_bound=0)
 
 _CHUNK_BYTES = 1 << 20
 _PROGRESS_EVERY_S = 2.0
@@ -168,7 +169,8 @@ def check_file(path, sha256, size, say):
 
 
 def extract_checked(tarball, output_dir, say):
-  """Extracts the checkpoint's files into a temporary folder, checks its variables, moves them into output_dir."""
+  """Extracts the checkpoint's files into a temporary folder, checks its variables, then moves them
+  into output_dir."""
   with tempfile.TemporaryDirectory(prefix=".extracting-", dir=output_dir) as scratch:
     try:
       with tarfile.open(tarball, "r:gz") as tar:

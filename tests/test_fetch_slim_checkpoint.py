@@ -38,7 +38,8 @@ def published(tmp_path_factory):
   """(tarball, its sha256, its size): random weights under the names and shapes of the checkpoint
   TF-Slim itself wrote (tests/data/inception_v4_slim_variables.tsv), 609 with global_step."""
   rng = np.random.default_rng(0)
-  tensors = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in read_fixture_shapes().items()}
+  tensors = {name: rng.standard_normal(shape, dtype=np.float32)
+             for name, shape in read_fixture_shapes().items()}
   tensors["global_step"] = np.int64(0)
   path = make_tarball(tmp_path_factory.mktemp("published") / NAME, tensors)
   sha256 = fetch_lib.hashlib.sha256(path.read_bytes()).hexdigest()
@@ -159,8 +160,8 @@ def test_from_file_and_bad_inputs_are_one_line_and_delete_nothing_good(published
 
   few = make_tarball(tmp_path / "few" / NAME, {"InceptionV4/Conv2d_1a_3x3/weights": np.zeros((3, 3, 3, 32),
                                                                                             np.float32)})
-  expect_error(rf"checkpoint inception_v4.ckpt in {few} has no variable .* \(nor 606 other model variables\); "
-               f"{few} is not TF-Slim's published checkpoint", out, from_file=str(few))
+  expect_error(rf"checkpoint inception_v4.ckpt in {few} has no variable .* \(nor 606 other model "
+               rf"variables\); {few} is not TF-Slim's published checkpoint", out, from_file=str(few))
   assert os.listdir(out) == []
 
   linked = tmp_path / "linked.tar.gz"
@@ -171,7 +172,8 @@ def test_from_file_and_bad_inputs_are_one_line_and_delete_nothing_good(published
     escaping = tarfile.TarInfo("../../inception_v4.ckpt.index")
     escaping.size = 4
     tar.addfile(escaping, io.BytesIO(b"evil"))
-  expect_error(rf"{linked}: 'inception_v4.ckpt' is a link to an absolute path; refused, nothing extracted", out, from_file=str(linked))
+  expect_error(rf"{linked}: 'inception_v4.ckpt' is a link to an absolute path; refused, nothing extracted",
+               out, from_file=str(linked))
   assert os.listdir(out) == [] and not (tmp_path.parent / "inception_v4.ckpt.index").exists()
 
   offline = f"http://127.0.0.1:{free_port()}/{NAME}"  # nothing listens there
@@ -194,8 +196,8 @@ def test_the_trainers_error_names_the_command_that_fetches_it(published, tmp_pat
   code, lines = run_like_the_cli("inception_v4", config, str(tmp_path / "run"), capsys)
   assert code == 2, lines
   command = f"python scripts/fetch_slim_checkpoint.py --output_dir={checkpoints}"
-  assert lines[-1] == (f"error: checkpoint {checkpoints / 'inception_v4.ckpt'} does not exist; TF-Slim's published "
-                       f"Inception V4 one is fetched and checked by `{command}`, then pass "
+  assert lines[-1] == (f"error: checkpoint {checkpoints / 'inception_v4.ckpt'} does not exist; TF-Slim's "
+                       f"published Inception V4 one is fetched and checked by `{command}`, then pass "
                        f"--config.checkpoint_path={checkpoints / 'inception_v4.ckpt'}"), lines
 
   fetched = run_python(shlex.split(command)[1:] + [f"--url={tarball.as_uri()}"])
