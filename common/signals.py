@@ -9,6 +9,8 @@ ends. A second signal of the same kind exits at once with 128 + N, as a kill wou
 are written so that a killed run resumes exactly.
 
 This module imports no TensorFlow, so that the CLIs can install the handler before importing it.
+It uses only SIGTERM and SIGINT, which Windows has too (Ctrl-C is SIGINT there; a SIGTERM comes only
+from signal.raise_signal or os.kill in Python, as Windows ends processes without a signal).
 """
 import contextlib
 import os

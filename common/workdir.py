@@ -1,21 +1,30 @@
 """The workdir of a run: one run at a time, no leftovers of killed runs, and a history of configs.
 
 Every OS error on the workdir becomes a WorkdirError: one line naming the path
-and what to do. The lock is an flock on <workdir>/LOCK, which the kernel
-releases when its process dies (kill -9 included), so a lock left behind by a
-dead run never blocks the next one.
+and what to do. The lock is <workdir>/LOCK, which holds its owner ("pid N on host"). Where fcntl
+exists (POSIX) it is an flock, which the kernel releases when its process dies (kill -9 included), so
+a lock left behind by a dead run never blocks the next one. Where it does not (Windows), the file is
+created exclusively and removed on release; one left by a killed run is taken over once its owner no
+longer runs on this host (psutil tells, on every platform). A lock of another host cannot be checked
+that way: it is refused, and the message says to delete the file if that run is gone.
 """
 import contextlib
 import datetime
 import errno
-import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 
 from absl import logging
+import psutil
+
+try:
+  import fcntl
+except ImportError:  # Windows
+  fcntl = None
 
 from common import config as config_lib
 from common.errors import CheckpointError
@@ -76,21 +85,36 @@ def locked(workdir):
   path = os.path.join(workdir, LOCK_FILENAME)
   with writing(workdir):
     os.makedirs(workdir, exist_ok=True)
+  owner = f"pid {os.getpid()} on {socket.gethostname()}"
+  with (_flock if fcntl else _created_lock)(workdir, path, owner):
+    yield
+
+
+def _in_use(workdir, owner, hint=""):
+  return WorkdirError(f"{workdir} is in use by another run ({owner or 'unknown process'}); wait for it to "
+                      f"end or stop it, or choose another --workdir{hint}")
+
+
+def _taking_over(workdir, previous):
+  logging.warning("taking over the lock of %s in %s: that run ended without releasing it", previous, workdir)
+
+
+@contextlib.contextmanager
+def _flock(workdir, path, owner):
+  with writing(path):
     handle = open(path, "a+")
   try:
     try:
       fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-      raise WorkdirError(f"{workdir} is in use by another run ({_read_owner(handle) or 'unknown process'}); "
-                         "wait for it to end or stop it, or choose another --workdir") from None
+      raise _in_use(workdir, _read_owner(handle)) from None
     previous = _read_owner(handle)
     if previous:
-      logging.warning("taking over the lock of %s in %s: that run ended without releasing it",
-                      previous, workdir)
+      _taking_over(workdir, previous)
     with writing(path):
       handle.seek(0)
       handle.truncate()
-      handle.write(f"pid {os.getpid()} on {socket.gethostname()}")
+      handle.write(owner)
       handle.flush()
     try:
       yield
@@ -104,6 +128,56 @@ def locked(workdir):
 def _read_owner(handle):
   handle.seek(0)
   return handle.read().strip()
+
+
+@contextlib.contextmanager
+def _created_lock(workdir, path, owner):
+  """LOCK created exclusively, so two runs cannot both create it. One whose owner is gone (killed) or
+  empty (left by a run that used flock) is replaced. Without a kernel lock to arbitrate, two runs
+  could both go on if they replace the same stale LOCK at the same moment, or if one reads a LOCK in
+  the instant between its creation and its owner's name: races this cannot close."""
+  while True:
+    try:
+      descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+      break
+    except FileExistsError:
+      with writing(path), open(path) as f:
+        previous = f.read().strip()
+      if _owner_running(previous):
+        raise _in_use(workdir, previous, f"; if that run is gone, delete {path}") from None
+      if previous:
+        _taking_over(workdir, previous)
+      with writing(path), contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+    except OSError as e:
+      raise WorkdirError(os_error_line(path, e)) from None
+  with writing(path), os.fdopen(descriptor, "w") as f:
+    f.write(owner)
+  try:
+    yield
+  finally:
+    with writing(path), contextlib.suppress(FileNotFoundError):
+      os.remove(path)
+
+
+def _owner_running(owner):
+  """Whether the run named by a LOCK's "pid N on host" may still run: unknown hosts count as running."""
+  match = re.fullmatch(r"pid (\d+) on (.+)", owner)
+  if not match:
+    return False
+  if match.group(2) != socket.gethostname():
+    return True
+  return is_running(int(match.group(1)))
+
+
+def is_running(pid):
+  """Whether process `pid` runs (a zombie, killed and not yet reaped, does not), on every platform."""
+  try:
+    return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return False
+  except psutil.AccessDenied:  # it exists, as another user's
+    return True
 
 
 def remove_leftovers(checkpoint_dir):

@@ -19,6 +19,8 @@ from inception_finetune.inception_v4 import slim_name
 
 # Checkpoint entries that belong to the training run, not to the network.
 _NON_MODEL_VARIABLES = ("global_step",)
+# The checkpoint in TF-Slim's published inception_v4_2016_09_09.tar.gz.
+PUBLISHED_NAME = "inception_v4.ckpt"
 
 
 @dataclasses.dataclass
@@ -68,8 +70,16 @@ def resolve_checkpoint(checkpoint_path):
       raise CheckpointError(f"checkpoint directory {path} holds no checkpoint")
     return latest
   if not tf.io.gfile.glob(path + "*"):
-    raise CheckpointError(f"checkpoint {path} does not exist")
+    folder = os.path.dirname(path) or "."
+    raise CheckpointError(f"checkpoint {path} does not exist; TF-Slim's published Inception V4 one is "
+                          f"fetched and checked by `{fetch_command(folder)}`, then pass "
+                          f"--config.checkpoint_path={os.path.join(folder, PUBLISHED_NAME)}")
   return path
+
+
+def fetch_command(output_dir):
+  """The command that downloads, checks and extracts TF-Slim's published checkpoint into output_dir."""
+  return f"python scripts/fetch_slim_checkpoint.py --output_dir={output_dir}"
 
 
 def read_variable_shapes(path):
@@ -101,6 +111,28 @@ def restore(model, checkpoint_path, exclude_scopes=(), ignore_missing_vars=False
       InceptionV4 one, or (unless ignore_missing_vars) a variable is missing or has
       another shape; the message names the path and the variable.
   """
+  report, reader, to_assign = _plan(model, checkpoint_path, exclude_scopes, ignore_missing_vars)
+  for name, variable in to_assign:
+    variable.assign(tf.cast(reader.get_tensor(name), variable.dtype))
+    report.loaded.append(name)
+  logging.info("%s", report.format())
+  return report
+
+
+def check_variables(model, checkpoint_path):
+  """Checks, reading names and shapes only, that a checkpoint holds every variable of `model` under
+  its TF-Slim name with its shape; returns the RestoreReport of what restore() would load.
+
+  Raises:
+    CheckpointError: as restore() without ignore_missing_vars.
+  """
+  report, _, to_assign = _plan(model, checkpoint_path, (), False)
+  report.loaded = [name for name, _ in to_assign]
+  return report
+
+
+def _plan(model, checkpoint_path, exclude_scopes, ignore_missing_vars):
+  """(RestoreReport without `loaded`, the checkpoint's reader, [(name, variable) to assign])."""
   path = resolve_checkpoint(checkpoint_path)
   reader, shapes = read_variable_shapes(path)
   _check_network(path, shapes)
@@ -119,15 +151,11 @@ def restore(model, checkpoint_path, exclude_scopes=(), ignore_missing_vars=False
       to_assign.append((name, variable))
   if not ignore_missing_vars:
     _check_complete(path, report, shapes, variables)
-  for name, variable in to_assign:
-    variable.assign(tf.cast(reader.get_tensor(name), variable.dtype))
-    report.loaded.append(name)
   report.unexpected = sorted(
       name for name in shapes
       if name not in variables and name not in _NON_MODEL_VARIABLES
       and not in_scopes(name, exclude_scopes))
-  logging.info("%s", report.format())
-  return report
+  return report, reader, to_assign
 
 
 def _check_complete(path, report, shapes, variables):

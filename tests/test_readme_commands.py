@@ -82,6 +82,9 @@ ADAPTATIONS = {
     "pip install": Skip("installs packages: CI installs the requirements itself before the tests"),
     "python -m pytest": Skip("CI's own command: the test suite this test is part of"),
     "scripts/peers/setup_peer_venv.sh": Skip("downloads about 6 GB of PyTorch wheels into a venv"),
+    "python scripts/fetch_slim_checkpoint.py": Skip(
+        "downloads TF-Slim's published checkpoint from download.tensorflow.org; "
+        "tests/test_fetch_slim_checkpoint.py runs it with --url=file://... on a tarball it makes"),
     "TF_CONFIG=": Skip("one command per host (host0, host1) with shared storage; "
                        "scripts/launch_workers.py (run above) starts the same on one machine"),
     "kubectl apply": Skip("needs a Kubernetes cluster with Kubeflow's training operator"),

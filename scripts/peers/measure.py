@@ -1,7 +1,7 @@
 """Timing and host-memory readings shared by the benchmark and its peers.
 
-Standard library only: the PyTorch peers import it from their own virtual
-environment.
+Standard library only (but psutil for the peak on Windows, which has no
+`resource`): the PyTorch peers import it from their own virtual environment.
 
 Host memory is the resident set size (RSS) of the process. On Linux its
 high-water mark (VmHWM) can be reset to the current size, so the peak of a
@@ -9,7 +9,6 @@ stretch of work is `peak_rss_bytes()` after `reset_peak_rss()`. Allocators
 keep freed memory for reuse (TensorFlow's CPU allocator keeps most of a
 step's), so the peak of a step is only visible from before the first one.
 """
-import resource
 import statistics
 import sys
 import time
@@ -38,6 +37,11 @@ def peak_rss_bytes():
   peak = read_status_bytes("VmHWM")
   if peak is not None:
     return peak
+  try:
+    import resource  # pylint: disable=g-import-not-at-top  POSIX only
+  except ImportError:  # Windows: psutil (a dependency of the trainers) reads the peak working set
+    import psutil  # pylint: disable=g-import-not-at-top
+    return psutil.Process().memory_info().peak_wset
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
 

@@ -1,0 +1,65 @@
+"""Windows has no fcntl: a trainer runs with it hidden, and its workdir lock still refuses a second run
+and takes over one left by a killed run."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+from tests.helpers import run_python
+
+# Imports every module of the packages with fcntl hidden, as on Windows, then runs
+# segmentation.train as `python -m` would with the arguments given.
+RUNNER = """
+import pkgutil, runpy, sys
+sys.modules["fcntl"] = None
+for package in ("common", "configs", "inception_finetune", "segmentation", "triplet"):
+  for module in pkgutil.walk_packages([package], package + "."):
+    if module.name != "segmentation.train":
+      __import__(module.name)
+sys.argv = ["segmentation.train"] + sys.argv[1:]
+runpy.run_module("segmentation.train", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_smoke_run_without_fcntl_trains_exports_and_keeps_the_lock(tmp_path):
+  workdir = tmp_path / "run"
+  os.makedirs(workdir)
+  ended = subprocess.Popen([sys.executable, "-c", "pass"])
+  ended.wait()  # its pid names no running process: the LOCK of a killed run
+  (workdir / "LOCK").write_text(f"pid {ended.pid} on {socket.gethostname()}")
+  command = ["-c", RUNNER, "--config=configs/segmentation.py:smoke", "--config.train.log_every=1",
+             f"--config.data.cache_dir={tmp_path / 'data'}", f"--workdir={workdir}"]
+  first = subprocess.Popen([sys.executable] + command, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  output = []
+  try:
+    for line in first.stderr:  # the lock is held once steps run
+      output.append(line)
+      if "step 2/" in line:
+        break
+    else:
+      pytest.fail("".join(output)[-3000:])
+    first.send_signal(signal.SIGSTOP)  # holds the lock, whatever the machine's speed
+    assert (workdir / "LOCK").read_text() == f"pid {first.pid} on {socket.gethostname()}"
+    second = run_python(command)
+    first.send_signal(signal.SIGCONT)
+    output += first.stderr.readlines()
+    assert first.wait(timeout=600) == 0, "".join(output)[-3000:]
+  finally:
+    first.kill()
+    first.wait()
+  text = "".join(output)
+  assert f"taking over the lock of pid {ended.pid} on {socket.gethostname()}" in text
+  assert os.path.isfile(workdir / "saved_model" / "saved_model.pb")
+  assert not os.path.exists(workdir / "LOCK")  # released
+
+  assert second.returncode == 2, second.stderr[-3000:]
+  last = second.stderr.strip().splitlines()[-1]
+  assert last == (f"error: {workdir} is in use by another run (pid {first.pid} on {socket.gethostname()}); "
+                  f"wait for it to end or stop it, or choose another --workdir; if that run is gone, delete "
+                  f"{workdir / 'LOCK'}"), last
