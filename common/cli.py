@@ -5,6 +5,7 @@ the program with one line on stderr and exit code 2; an interrupted run exits
 128 + the signal number after its checkpoint is written.
 """
 import importlib.util
+import json
 import logging as std_logging
 import os
 import sys
@@ -54,6 +55,31 @@ def define_evaluation_flags():
   return saved_model, report_dir
 
 
+def run_config(config_flag, workdir):
+  """The config of a command that reads a run (evaluate): without --config on the command line, the
+  run's own resolved config (<workdir>/config.json) with the command's --config.key=value flags on
+  top; with --config, that one. What differs from the run's config is logged, as on resume."""
+  saved_path = os.path.join(workdir, "config.json")
+  config = config_flag.value
+  if not os.path.isfile(saved_path):
+    return config
+  with open(saved_path) as f:
+    saved = json.load(f)
+  if not _config_file_args(sys.argv):
+    overrides = {key: config_lib.get_value(config, key) for key in config_lib.override_keys(sys.argv[1:])}
+    left_out = config_lib.apply_saved(config, saved)
+    if left_out:
+      logging.warning("%s: %s not taken (keys this version does not have, or of another type)",
+                      saved_path, ", ".join(left_out))
+    for key, value in overrides.items():
+      config_lib.set_value(config, key, value)
+    logging.info("config: the run's own, %s%s", saved_path, " with --config.* flags on top" if overrides else "")
+  changes = workdir_lib.config_diff(saved, json.loads(json.dumps(config.to_dict(), default=str)))
+  if changes:
+    logging.info("config changes from the run's: %s", "; ".join(changes))
+  return config
+
+
 def check_evaluation_paths(workdir, saved_model, report_dir):
   """What an evaluation reads (a SavedModel, else the workdir's newest checkpoint) exists, and where
   its report goes can be written; each a UserError line naming the path and the flag."""
@@ -76,7 +102,7 @@ def _check_config_args(default_config, argv):
   config_flags defines the override flags while --config itself is being
   defined, so the check has to run first, on the config loaded without them.
   """
-  config_args = [a for a in argv[1:] if a.startswith(("--config=", "-config="))]
+  config_args = _config_file_args(argv)
   path = (config_args[-1].split("=", 1)[1] if config_args else default_config).split(":")[0]
   if not os.path.isfile(path):
     fail(f"config file {path} does not exist (run from the repository root, or give its path)")
@@ -91,6 +117,11 @@ def _check_config_args(default_config, argv):
     config_lib.check_keys_exist(holder.value, keys)
   except Exception as e:  # config_flags wraps errors raised inside the config file.
     fail(str(_user_error_in(e) or e))
+
+
+def _config_file_args(argv):
+  """The --config=file[:preset] arguments (not the --config.key=value ones)."""
+  return [a for a in argv[1:] if a.startswith(("--config=", "-config="))]
 
 
 def _user_error_in(error):
@@ -134,7 +165,7 @@ def help_text(argv):
       default = f" (default {flag.default_as_str})" if flag.default is not None else ""
       lines.append(f"  --{flag.name}: {flag.help}{default}")
   if "config" in flags.FLAGS:
-    config_args = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(("--config=", "-config="))]
+    config_args = [a.split("=", 1)[1] for a in _config_file_args(argv)]
     path = (config_args[-1] if config_args else _config_default[0]).split(":")[0]
     lines += ["  --config.<key>=<value>: any field of the config file, e.g. --config.train.num_steps=100 "
               "(--helpfull lists them all)", "", f"presets of {path} (--config={path}:<preset>):"]

@@ -289,6 +289,25 @@ def get_value(config, dotted_key):
   return node
 
 
+def apply_saved(config, saved, prefix=""):
+  """Sets config's fields to a saved config.json's values (JSON's lists back to tuples); returns
+  the dotted keys it could not set (gone from the config, or of another type)."""
+  left_out = []
+  for key, value in saved.items():
+    if key not in config:
+      left_out.append(prefix + key)
+    elif isinstance(config[key], ml_collections.ConfigDict):
+      left_out += apply_saved(config[key], value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key]
+    else:
+      value = tuple(value) if isinstance(config[key], tuple) and isinstance(value, list) else value
+      if value != config[key]:  # equal ones untouched (a reference such as triplet's P x K batch)
+        try:
+          config[key] = value
+        except (TypeError, ValueError):
+          left_out.append(prefix + key)
+  return left_out
+
+
 def write_config(config, workdir):
   """Writes the resolved config as JSON (machine-readable) and text (readable) into the workdir."""
   os.makedirs(workdir, exist_ok=True)

@@ -1,6 +1,6 @@
 """Evaluates a fine-tuned Inception V4: top-1, top-5, per-class accuracy and a confusion matrix.
 
-python -m inception_finetune.evaluate --config=configs/inception_v4.py --workdir=runs/inception_v4
+python -m inception_finetune.evaluate --workdir=runs/inception_v4   # the run's own config.json; --config.key=value on top
 python -m inception_finetune.evaluate --config=configs/inception_v4.py --saved_model=runs/inception_v4/saved_model
 
 Writes per_class_accuracy.csv, confusion_matrix.csv and confusion_matrix.png
@@ -22,7 +22,8 @@ from inception_finetune import task as task_lib
 
 def main(argv):
   del argv
-  config, workdir = _CONFIG.value, _WORKDIR.value
+  workdir = _WORKDIR.value
+  config = cli.run_config(_CONFIG, workdir)
   startup.prepare_run(config)
   task = task_lib.make_task(config, workdir)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")

@@ -1,6 +1,6 @@
 """Evaluates a segmentation model (a checkpoint in a workdir, or a SavedModel) on whole images.
 
-python -m segmentation.evaluate --config=configs/segmentation.py --workdir=runs/segmentation
+python -m segmentation.evaluate --workdir=runs/segmentation   # the run's own config.json; --config.key=value on top
 python -m segmentation.evaluate --config=configs/segmentation.py --saved_model=runs/segmentation/saved_model
 """
 from common import process
@@ -19,7 +19,8 @@ from segmentation import task as task_lib
 
 def main(argv):
   del argv
-  config, workdir = _CONFIG.value, _WORKDIR.value
+  workdir = _WORKDIR.value
+  config = cli.run_config(_CONFIG, workdir)
   startup.prepare_run(config)
   task = task_lib.make_task(config, workdir)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")

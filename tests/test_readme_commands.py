@@ -113,8 +113,6 @@ ADAPTATIONS = {
     "python -m triplet.train --config=configs/triplet.py:small": Run(
         "the real-data run is a slow test of its own; 2 steps show the command trains on the real "
         "set's identities, evaluates on the held-out ones and exports", append=TWO_STEPS),
-    "python -m triplet.evaluate --config=configs/triplet.py": Run(
-        "runs/triplet was trained with the smoke preset (above)", preset="smoke"),
     "python -m inception_finetune.train --config=configs/inception_v4.py --config.checkpoint_path=inception_v4.ckpt": Run(
         "the default preset trains 6000 steps at 299x299; the smoke preset (75x75, 10 classes as "
         "in the stand-in StanfordDogs/Images) restores the same checkpoint, and one step shows it trains",
@@ -125,8 +123,6 @@ ADAPTATIONS = {
     "python -m inception_finetune.train --config=configs/inception_v4.py:scratch": Run(
         "300 steps on the digits of scripts/make_real_sets.py take minutes (tests/test_real_inception.py "
         "runs them); one step shows the command trains on them", append=ONE_INCEPTION_STEP),
-    "python -m inception_finetune.evaluate --config=configs/inception_v4.py": Run(
-        "runs/dogs was trained with the smoke preset (above)", preset="smoke"),
     "python scripts/check_gpu.py": Run(
         "exit code 1 is its documented answer on a machine without a usable GPU, as here",
         exit_codes=(0, 1), prints="result: "),

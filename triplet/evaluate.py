@@ -1,6 +1,6 @@
 """Evaluates an embedding model: verification (LFW protocol), VAL at FAR 1e-3, recall@k, ROC curve.
 
-python -m triplet.evaluate --config=configs/triplet.py --workdir=runs/triplet
+python -m triplet.evaluate --workdir=runs/triplet   # the run's own config.json; --config.key=value on top
 python -m triplet.evaluate --config=configs/triplet.py --saved_model=runs/triplet/saved_model
 
 Metrics go to stdout as JSON (VAL at FAR 1e-3 as "n/a (...)" when the pairs are too few for it);
@@ -24,7 +24,8 @@ from triplet import task as task_lib
 
 def main(argv):
   del argv
-  config, workdir = _CONFIG.value, _WORKDIR.value
+  workdir = _WORKDIR.value
+  config = cli.run_config(_CONFIG, workdir)
   startup.prepare_run(config)
   if config.data.source == "folder" and not (config.data.eval_dir or config.data.pairs_file):
     raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
