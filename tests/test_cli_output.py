@@ -1,6 +1,8 @@
 """What the CLIs print and keep: --help, output that starts with the run's own lines (TensorFlow's
-C++ start-up lines held back), and the run's log appended to <workdir>/train.log and eval.log."""
+C++ start-up lines held back), the run's log appended to <workdir>/train.log and eval.log, and
+an evaluation of a workdir with nothing but --workdir."""
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -43,7 +45,7 @@ def test_help_exits_0_listing_the_flags_and_presets(module, config, own_flags):
 def test_run_output_starts_with_its_own_lines_and_its_log_is_kept(tmp_path):
   workdir = str(tmp_path / "run")
   command = ["-m", "segmentation.train", "--config=configs/segmentation.py:smoke",
-             "--config.train.num_steps=2", f"--workdir={workdir}"]
+             "--config.train.num_steps=2", "--config.data.num_eval_images=6", f"--workdir={workdir}"]
   first = run_cli(command)
   assert first.returncode == 0, first.stderr[-2000:]
   assert not CPP_LINE.search(first.stderr), first.stderr[:2000]
@@ -66,8 +68,10 @@ def test_run_output_starts_with_its_own_lines_and_its_log_is_kept(tmp_path):
     appended = f.read()
   assert appended.startswith(log) and "hardware.py" in appended[len(log):]
 
-  evaluated = run_cli(["-m", "segmentation.evaluate", "--config=configs/segmentation.py:smoke",
-                       f"--workdir={workdir}"])
+  # --workdir alone: the run's own config (the smoke preset's model, 6 evaluation images), the same mIoU.
+  evaluated = run_cli(["-m", "segmentation.evaluate", f"--workdir={workdir}"])
   assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+  with open(os.path.join(workdir, "metrics.json")) as f:
+    assert json.loads(evaluated.stdout)["miou"] == json.load(f)["eval"]["miou"]
   with open(os.path.join(workdir, "eval", "eval.log")) as f:
-    assert "evaluating" in f.read()
+    assert "config: the run's own" in f.read()
