@@ -7,6 +7,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from common import distributed
 from common import workdir as workdir_lib
 from common.errors import CheckpointError
 from common.errors import ConfigError
@@ -75,6 +76,7 @@ class BestWeights:
     self._record = tf.Variable("", trainable=False, name="best")
     self._checkpoint = tf.train.Checkpoint(model=model, best=self._record)
     self._directory = best_dir(out)
+    self._chief = out == workdir
     self._manager = None
     self.best = None
     latest = tf.train.latest_checkpoint(best_dir(workdir)) if metric else None
@@ -102,12 +104,14 @@ class BestWeights:
         self._manager = tf.train.CheckpointManager(self._checkpoint, self._directory, max_to_keep=1,
                                                    checkpoint_name="weights")
       self._read_from = self._manager.save(checkpoint_number=step)
+    distributed.remove_copy(self._directory, self._chief)
     logging.info("best %s so far (%.4f) at step %d: weights kept in %s", self.metric, value, step,
                  self._directory)
 
   def load_into_model(self):
-    """Loads the best weights into the model, so that the export saves them."""
-    if self.best is None:
+    """Loads the best weights into the model, so that the export saves them. A non-chief worker's
+    model keeps its weights: its copy of the best is removed after each save, as its export is."""
+    if self.best is None or not self._chief:
       return
     restore(self._checkpoint, self._read_from, partial=True)
     logging.info("the model now holds the weights of step %d (best %s %.4f), which the export saves",

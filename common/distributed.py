@@ -115,6 +115,13 @@ def chief_path(path, strategy):
     shutil.rmtree(temporary, ignore_errors=True)
 
 
+def remove_copy(directory, chief):
+  """Removes a non-chief worker's copy of a collective save right after the save (TensorFlow's
+  multi-worker guide): only the chief's is kept, and a worker's copies never pile up in TMPDIR."""
+  if not chief:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def temporary_prefix(path):
   """The start of the names of the non-chief workers' temporary folders for `path`, under TMPDIR:
   its name and a digest of its absolute path, which tell this run's folders from other runs'."""

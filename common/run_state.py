@@ -134,6 +134,7 @@ class RunState:
       self.input_positions.save(step, self.strategy)
     try:
       path = self.manager.save(checkpoint_number=step)
+      distributed.remove_copy(self.manager.directory, self.chief)
     except (OSError, tf.errors.OpError) as e:
       message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise WorkdirError(

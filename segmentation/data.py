@@ -20,10 +20,12 @@ checkpointed.
 """
 import collections
 import dataclasses
+import io
 import os
 
 from absl import logging
 import numpy as np
+from PIL import Image
 import tensorflow as tf
 
 from common import data as common_data
@@ -159,8 +161,10 @@ def read_class_names(path, num_classes):
 def _make_sources(cfg, seed, workdir):
   """((train source, eval source), the training (image, mask) files or None) of the configured kind."""
   if cfg.source == "tfrecord":
-    return tuple(_tfrecord_source(common_data.required(cfg, key), cfg)
-                 for key in ("train_pattern", "eval_pattern")), None
+    train_pattern = common_data.required(cfg, "train_pattern")
+    eval_pattern = common_data.required(cfg, "eval_pattern")
+    _check_tfrecord_eval_sizes(eval_pattern, cfg.eval_max_pixels)  # before the check decodes them
+    return (_tfrecord_source(train_pattern, cfg), _tfrecord_source(eval_pattern, cfg)), None
   if cfg.source == "npy":
     return _npy_sources(cfg), None
   splits = _checked_splits(cfg, seed, workdir)
@@ -192,13 +196,33 @@ def _checked_splits(cfg, seed, workdir):
   checked = [_checked_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files)
              for pairs in splits]
   for (image_path, _), info in zip(*checked[1][:2]):
-    if info.height * info.width > cfg.eval_max_pixels:
-      # Evaluated whole: the activations of one image grow with its pixels (about 300 bytes a
-      # pixel for the default network: 19 GB for 8000x8000), so refuse it before any training.
-      raise DataError(f"{image_path}: {info.height}x{info.width} is {info.height * info.width:,} "
-                      f"pixels, more than data.eval_max_pixels={cfg.eval_max_pixels:,}, the bound "
-                      "on one evaluation image's memory; resize it or raise data.eval_max_pixels")
+    check_eval_size(image_path, (info.height, info.width), cfg.eval_max_pixels)
   return checked
+
+
+def check_eval_size(where, size, max_pixels, setting="data.eval_max_pixels"):
+  """Refuses an image of (height, width) `size` over `max_pixels`, before any training or loading.
+
+  Evaluation and prediction run on whole images, whose activations grow with their pixels (about
+  300 bytes a pixel for the default network: 19 GB for 8000x8000).
+  """
+  height, width = size
+  if height * width > max_pixels:
+    raise DataError(f"{where}: {height}x{width} is {height * width:,} pixels, more than "
+                    f"{setting}={max_pixels:,}, the bound on the memory of one whole image; resize it "
+                    f"or raise {setting}")
+
+
+def header_size(where, image):
+  """(height, width) from the header of an image (a path or a file of its bytes), which PIL reads
+  without decoding the pixels; None when it has no readable header (the decode check names it)."""
+  try:
+    with Image.open(image) as opened:
+      return opened.height, opened.width
+  except Image.DecompressionBombError as e:  # PIL's own bound, far above any evaluation's
+    raise DataError(f"{where}: {e}") from None
+  except Exception:  # pylint: disable=broad-except  # PIL raises many types for broken files
+    return None
 
 
 def _folder_splits(cfg):
@@ -404,6 +428,21 @@ def _palette_lookup(pairs, infos):
 
 
 # TFRecord shards.
+
+
+def _check_tfrecord_eval_sizes(pattern, max_pixels):
+  """Refuses an evaluation record whose image is over max_pixels from its header, before the
+  up-front check decodes it; records that do not parse are left to that check to name."""
+  encoded = {"image/encoded": TFRECORD_FEATURES["image/encoded"]}
+  for path in common_data.list_tfrecord_files(pattern):
+    records = (tf.data.TFRecordDataset(path).enumerate()
+               .map(lambda index, record: (index, tf.io.parse_single_example(record, encoded)))
+               .ignore_errors())
+    for index, features in records.as_numpy_iterator():
+      where = f"{path}: record {index}"
+      size = header_size(where, io.BytesIO(features["image/encoded"]))
+      if size:
+        check_eval_size(where, size, max_pixels)
 
 
 def _tfrecord_source(pattern, cfg):

@@ -18,18 +18,27 @@ import tensorflow as tf
 
 from common import cli
 from common import workdir as workdir_lib
+from configs import segmentation as segmentation_config
 from segmentation import data as data_lib
 from segmentation import visualize
 
 _SAVED_MODEL = flags.DEFINE_string("saved_model", "runs/segmentation/saved_model",
                                    "SavedModel written by segmentation.train.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
+MAX_PIXELS = segmentation_config.get_config().data.eval_max_pixels
+_MAX_PIXELS = flags.DEFINE_integer("max_pixels", MAX_PIXELS,
+                                   "Larger images are refused before the SavedModel loads: a whole image's "
+                                   "activations grow with its pixels (as data.eval_max_pixels).")
 
 
-def predict_files(saved_model, paths, output_dir):
+def predict_files(saved_model, paths, output_dir, max_pixels=MAX_PIXELS):
   """Writes <name>_mask.png (VOC palette) and <name>_classes.png (class ids) per image; returns the paths."""
   workdir_lib.check_saved_model(saved_model)
   workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the SavedModel loads
+  for path in paths:  # from their headers, before the SavedModel loads too
+    size = data_lib.header_size(path, path)
+    if size:
+      data_lib.check_eval_size(path, size, max_pixels, setting="--max_pixels")
   serve = tf.saved_model.load(saved_model).signatures["serving_default"]
   written = []
   for path in paths:
@@ -50,7 +59,7 @@ def predict_files(saved_model, paths, output_dir):
 def main(argv):
   if len(argv) < 2:
     raise app.UsageError("give one or more image files")
-  predict_files(_SAVED_MODEL.value, argv[1:], _OUTPUT_DIR.value)
+  predict_files(_SAVED_MODEL.value, argv[1:], _OUTPUT_DIR.value, _MAX_PIXELS.value)
 
 
 if __name__ == "__main__":

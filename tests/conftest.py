@@ -1,5 +1,7 @@
-"""Shared test set-up: quiet TensorFlow, and no global Keras state leaking between tests."""
+"""Shared test set-up: quiet TensorFlow, no global Keras state leaking between tests, a read-only folder."""
+import errno
 import os
+import subprocess
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,3 +36,23 @@ def real_sets(tmp_path_factory):
   root = tmp_path_factory.mktemp("real_sets")
   make_real_sets.write_all(str(root))
   return root
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+  """(a folder that cannot be written, the reason a write into it fails): chmod 555 for a user;
+  for root, who writes through permissions, a tmpfs mounted read-only (skips where it cannot mount)."""
+  path = tmp_path / "read_only"
+  path.mkdir()
+  if os.geteuid() != 0:
+    path.chmod(0o555)
+    yield str(path), os.strerror(errno.EACCES)
+    path.chmod(0o755)
+    return
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "none", str(path)],
+                    capture_output=True).returncode:
+    pytest.skip("root writes into any folder, and no read-only filesystem can be mounted here")
+  try:
+    yield str(path), os.strerror(errno.EROFS)
+  finally:
+    subprocess.run(["umount", "-l", str(path)], check=False)

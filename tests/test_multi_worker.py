@@ -4,6 +4,7 @@ Every run is bounded by a timeout; on a timeout the launcher's workers (their pi
 output) are killed. The workers' temporary folders go to a TMPDIR of the test's, checked empty.
 """
 import glob
+import json
 import os
 import re
 import signal
@@ -109,12 +110,41 @@ def segmentation_args(workdir, num_steps, *extra):
           f"--config.train.num_steps={num_steps}", "--config.model.sync_batch_norm=True"] + SMOKE + list(extra)
 
 
+# `python -c AFTER_SAVES module flags...` runs the trainer module; on the non-chief worker, after each
+# checkpoint and each offer of best weights, it prints the checkpoint files found under TMPDIR.
+AFTER_SAVES = """
+import glob, json, os, runpy, sys
+from common import checkpoints, run_state
+
+def reporting(save):
+  def wrapped(*args):
+    result = save(*args)
+    found = [path for path in glob.glob(os.path.join(os.environ["TMPDIR"], "**"), recursive=True)
+             if os.path.basename(path) == "checkpoint" or ".index" in path or ".data-" in path]
+    print("after a save, checkpoint files under TMPDIR:", json.dumps(found), flush=True)
+    return result
+  return wrapped
+
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"]:
+  run_state.RunState.save = reporting(run_state.RunState.save)
+  checkpoints.BestWeights.offer = reporting(checkpoints.BestWeights.offer)
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
 @pytest.mark.slow
 def test_two_workers_shard_the_input_write_once_and_match_one_process(tmp_path):
   workdir, single = tmp_path / "two", tmp_path / "one"
-  steps = ["--config.train.checkpoint_every=2", "--config.train.eval_every=4"]
-  code, output = launch(segmentation_args(workdir, 4, *steps), tmp_path / "tmp")
+  steps = ["--config.train.checkpoint_every=2", "--config.train.eval_every=4",
+           "--config.train.best_metric=miou"]
+  code, output = launch(["-c", AFTER_SAVES] + segmentation_args(workdir, 4, *steps)[1:], tmp_path / "tmp")
   assert code == 0, output[-3000:]
+
+  # The non-chief's copy of each collective save is gone right after it, while the run goes on:
+  # checkpoints of steps 2 and 4 (the end's save finds step 4 saved), the best weights of step 4.
+  after_saves = re.findall(r"^\[worker 1\] after a save, checkpoint files under TMPDIR: (.*)$", output, re.M)
+  assert len(after_saves) == 4 and all(json.loads(found) == [] for found in after_saves), output[-3000:]
 
   # Each worker read its own half of the global batch: the two halves of the one-process stream.
   config = helpers.make_config("segmentation", "smoke", **{"model.sync_batch_norm": True})
@@ -126,7 +156,8 @@ def test_two_workers_shard_the_input_write_once_and_match_one_process(tmp_path):
 
   # One writer: one checkpoint folder, one set of event files, no worker's temporary folder left.
   assert sorted(os.path.relpath(p, workdir) for p in glob.glob(f"{workdir}/**/checkpoint", recursive=True)) == [
-      "checkpoints/checkpoint", "checkpoints/input/worker0/checkpoint", "checkpoints/input/worker1/checkpoint"]
+      "best/checkpoint", "checkpoints/checkpoint", "checkpoints/input/worker0/checkpoint",
+      "checkpoints/input/worker1/checkpoint"]
   events = sorted(os.path.relpath(os.path.dirname(p), workdir)
                   for p in glob.glob(f"{workdir}/**/events.out.tfevents*", recursive=True))
   assert events == ["eval", "train"]

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from unittest import mock
 
 import ml_collections
 import numpy as np
@@ -180,6 +181,28 @@ def test_an_evaluation_image_larger_than_eval_max_pixels_is_refused_before_train
                                      "data.eval_max_pixels=1,000")
   cfg.eval_max_pixels = 1200  # the training image (480 pixels) never counts, nor one at the bound
   assert seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
+
+
+def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(tmp_path, monkeypatch):
+  images_dir, masks_dir, _ = write_folder(tmp_path, [(20, 24), (40, 30)])
+  pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
+  convert_to_tfrecord.convert(pairs[:1], 5, 255, str(tmp_path / "train"), num_shards=1)
+  convert_to_tfrecord.convert(pairs, 5, 255, str(tmp_path / "eval"), num_shards=1)
+  cfg = make_cfg(source="tfrecord", train_pattern=str(tmp_path / "train-*"),
+                 eval_pattern=str(tmp_path / "eval-*"), eval_max_pixels=1000)
+  # Refused before the up-front check decodes any record (of either split).
+  with mock.patch.object(common_data, "check_tfrecords", side_effect=AssertionError("a record was decoded")):
+    with pytest.raises(DataError) as error:
+      seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+  assert str(error.value).startswith(f"{tmp_path}/eval-00000-of-00001.tfrecord: record 1: 40x30 is 1,200 "
+                                     "pixels, more than data.eval_max_pixels=1,000")
+  cfg.eval_max_pixels = 1200
+  assert seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
+  # An image over PIL's own bound (twice Image.MAX_IMAGE_PIXELS) is named from its header too.
+  monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)
+  with pytest.raises(DataError, match=r"eval-00000-of-00001.tfrecord: record 1: Image size \(1200 pixels\) "
+                                      "exceeds limit of 1000 pixels"):
+    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
 
 
 def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
