@@ -1,9 +1,11 @@
 """Synthetic segmentation scenes: textured shapes on a textured background, per-pixel labels.
 
-Each class has its own color and texture, so that a small network can tell
-them apart from a 28x28 patch. Scenes are drawn with NumPy, deterministically
-from a seed, and written once as PNG files (images and class-id masks), so
-that training reads them from files like real data.
+Classes differ by shape and texture only: every shape, and the background, gets its own colour
+drawn at random from most of the RGB cube, so that a pixel's colour says nothing about its class
+and a model has to learn the textures (flat, stripes, checks) and outlines (disk, rectangle,
+triangle, diamond) a 28x28 patch shows. Scenes are drawn with NumPy, deterministically from a
+seed, and written once as PNG files (images and class-id masks), so that training reads them from
+files like real data.
 """
 import os
 
@@ -13,29 +15,33 @@ from PIL import Image
 from common import data as common_data
 
 CLASS_NAMES = ("background", "disk", "rectangle", "triangle", "diamond")
-# Base color (RGB) of each class; textures and noise vary around it.
-_COLORS = np.array([(60, 60, 70), (205, 65, 50), (60, 180, 75), (60, 95, 210), (215, 190, 60)], np.float32)
-_TEXTURE_AMPLITUDE = 35.0
-_NOISE_STDDEV = 10.0
-_COLOR_JITTER = 15.0
+# Colours are drawn per channel from this range; the margin to 0 and 255 leaves the texture room.
+_COLOR_RANGE = (35.0, 220.0)
+# A shape's colour is the first of a few draws this far (RGB distance) from the background's, so
+# that shapes stand out from their background as in photos; the same rule for every class.
+_MIN_CONTRAST = 60.0
+_TEXTURE_AMPLITUDE = (20.0, 35.0)  # per instance
+_NOISE_STDDEV = 8.0
 _SHAPES_PER_SCENE = (3, 6)  # inclusive range
 _SHAPE_RADIUS = (0.1, 0.25)  # fraction of the image size
 # Bump when the drawing changes, so that old caches are not reused.
-_VERSION = 1
+_VERSION = 2
 
 
 def _texture(label, yy, xx, rng):
-  """A pattern in [-1, 1] for each class, at every pixel."""
-  if label == 0:  # soft blobs
-    fy, fx = rng.uniform(0.1, 0.3, size=2)
-    return np.sin(fy * yy + rng.uniform(0, 6.3)) * np.cos(fx * xx + rng.uniform(0, 6.3))
+  """A pattern in [-1, 1] for each class, at every pixel; the periodic ones at a random phase."""
+  if label == 0:  # grain: a random value in each 2x2 block
+    height, width = yy.shape
+    blocks = rng.uniform(-1, 1, size=((height + 1) // 2, (width + 1) // 2))
+    return np.repeat(np.repeat(blocks, 2, axis=0), 2, axis=1)[:height, :width]
   if label == 1:  # plain
     return np.zeros_like(yy)
+  yy, xx = yy + rng.uniform(0, 12), xx + rng.uniform(0, 12)  # 12: a multiple of every period
   if label == 2:  # horizontal stripes, period 4
     return np.where((yy.astype(np.int32) // 2) % 2 == 0, 1.0, -1.0)
   if label == 3:  # checkerboard of 3x3 squares
     return np.where((yy.astype(np.int32) // 3 + xx.astype(np.int32) // 3) % 2 == 0, 1.0, -1.0)
-  return np.sin((yy + xx) * (2 * np.pi / 6))  # diagonal stripes
+  return np.sin((yy + xx) * (2 * np.pi / 6))  # diagonal stripes, period 6 along each axis
 
 
 def _shape_mask(label, yy, xx, cy, cx, radius, rng):
@@ -56,9 +62,16 @@ def _shape_mask(label, yy, xx, cy, cx, radius, rng):
   return np.abs(yy - cy) + np.abs(xx - cx) <= radius
 
 
-def _paint(image, where, label, yy, xx, rng):
-  color = _COLORS[label] + rng.uniform(-_COLOR_JITTER, _COLOR_JITTER, size=3)
-  shade = color + _TEXTURE_AMPLITUDE * _texture(label, yy, xx, rng)[..., None]
+def _contrasting_color(background, rng):
+  """A random colour at least _MIN_CONTRAST from the background's (the farthest of a few draws)."""
+  candidates = rng.uniform(*_COLOR_RANGE, size=(8, 3))
+  distances = np.linalg.norm(candidates - background, axis=1)
+  far = np.flatnonzero(distances >= _MIN_CONTRAST)
+  return candidates[far[0] if far.size else distances.argmax()]
+
+
+def _paint(image, where, label, color, yy, xx, rng):
+  shade = color + rng.uniform(*_TEXTURE_AMPLITUDE) * _texture(label, yy, xx, rng)[..., None]
   image[where] = shade[where]
 
 
@@ -67,13 +80,14 @@ def draw_scene(size, num_classes, rng):
   yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
   image = np.empty((size, size, 3), np.float32)
   labels = np.zeros((size, size), np.uint8)
-  _paint(image, np.ones_like(labels, bool), 0, yy, xx, rng)
+  background = rng.uniform(*_COLOR_RANGE, size=3)
+  _paint(image, np.ones_like(labels, bool), 0, background, yy, xx, rng)
   for _ in range(rng.integers(_SHAPES_PER_SCENE[0], _SHAPES_PER_SCENE[1] + 1)):
     label = int(rng.integers(1, num_classes))
     cy, cx = rng.uniform(0, size, size=2)
     radius = size * rng.uniform(*_SHAPE_RADIUS)
     where = _shape_mask(label, yy, xx, cy, cx, radius, rng)
-    _paint(image, where, label, yy, xx, rng)
+    _paint(image, where, label, _contrasting_color(background, rng), yy, xx, rng)
     labels[where] = label
   image += rng.normal(0, _NOISE_STDDEV, size=image.shape)
   return np.clip(np.round(image), 0, 255).astype(np.uint8), labels

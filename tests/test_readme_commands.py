@@ -89,7 +89,7 @@ ADAPTATIONS = {
                        "scripts/launch_workers.py (run above) starts the same on one machine"),
     "kubectl apply": Skip("needs a Kubernetes cluster with Kubeflow's training operator"),
     "python -m segmentation.train --config=configs/segmentation.py": Run(
-        "the default preset trains 400 steps; the smoke preset runs the same code in seconds",
+        "the default preset trains 800 steps; the smoke preset runs the same code in seconds",
         preset="smoke"),
     "python -m segmentation.train --config=configs/segmentation.py:gtx960m": Run(
         "mixed precision is a GPU setting (float16 convolution gradients are hundreds of times "

@@ -130,10 +130,7 @@ def test_synthetic_scene_draws_every_class():
   counts = np.zeros(5, int)
   for seed in range(5):
     counts += np.bincount(synthetic.draw_scene(64, 5, np.random.default_rng(seed))[1].ravel(), minlength=5)
-  assert np.all(counts > 0)
-  # Each class has its own mean color, so a color tells the class.
-  means = [image[labels == c].mean(axis=0) for c in np.unique(labels)]
-  assert min(np.abs(a - b).max() for i, a in enumerate(means) for b in means[i + 1:]) > 40
+  assert np.all(counts > 0)  # colours tell no class: tests/test_synthetic_scenes.py
 
 
 def test_folder_patches_stay_aligned_with_their_masks(tmp_path):
