@@ -134,19 +134,9 @@ def remove_killed_workers_folders(prefix):
   """Removes the temporary folders of `prefix` whose process has died (kill -9 leaves them)."""
   for folder in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(prefix) + "worker*-pid*-*")):
     owner = re.match(r"worker\d+-pid(\d+)-", os.path.basename(folder)[len(prefix):])
-    if owner and not _is_running(int(owner.group(1))):
+    if owner and not workdir_lib.is_running(int(owner.group(1))):
       logging.warning("removing %s, the temporary folder of a killed worker", folder)
       shutil.rmtree(folder, ignore_errors=True)
-
-
-def _is_running(pid):
-  try:
-    os.kill(pid, 0)  # signal 0 only asks whether the process exists
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # it exists, as another user's
-    pass
-  return True
 
 
 def input_positions_dir(checkpoints, worker):
