@@ -7,15 +7,19 @@ first if the swap was cut between its two renames.
 """
 import os
 import shutil
+import tempfile
 
 import tensorflow as tf
 
 from common import signals
 from common.errors import WorkdirError
 
+CLASS_NAMES_ASSET = "class_names.txt"
 
-def export_saved_model(model, serve, path, input_signature):
-  """Saves `serve` (a function of the signature's tensors, closing over `model`) as serving_default.
+
+def export_saved_model(model, serve, path, input_signature, class_names=()):
+  """Saves `serve` (a function of the signature's tensors, closing over `model`) as serving_default,
+  with class_names (if given) as the asset assets/class_names.txt, a name per line in id order.
 
   Every OS error (full disk, read-only folder, a file or symlink in the way) is one WorkdirError
   naming the path; the checkpoints and the previous SavedModel are untouched. A signal before the
@@ -34,7 +38,13 @@ def export_saved_model(model, serve, path, input_signature):
     module = tf.Module()
     module.model = model
     module.serve = tf.function(serve, input_signature=input_signature)
-    tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+    with tempfile.TemporaryDirectory() as scratch:
+      if class_names:  # the save copies it into assets/
+        names_path = os.path.join(scratch, CLASS_NAMES_ASSET)
+        with open(names_path, "w", encoding="utf-8") as f:
+          f.write("".join(f"{name}\n" for name in class_names))
+        module.class_names = tf.saved_model.Asset(names_path)
+      tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
     if os.path.lexists(path):
       os.rename(path, old)
     os.rename(tmp, path)

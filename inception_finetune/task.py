@@ -242,8 +242,9 @@ def image_summaries(model, batch):
   return {"inputs": (images + 1.0) / 2.0}
 
 
-def export_model(model, path, image_size, central_fraction):
-  """SavedModel: uint8 images [B, H, W, 3] of any size -> class probabilities and ids.
+def export_model(model, path, image_size, central_fraction, class_names):
+  """SavedModel: uint8 images [B, H, W, 3] of any size -> class probabilities, ids and names (the
+  names also as the asset assets/class_names.txt, a name per id).
 
   Images go through TF-Slim's evaluation preprocessing (central crop, legacy
   bilinear resize to image_size, [-1, 1]) inside the signature.
@@ -254,10 +255,11 @@ def export_model(model, path, image_size, central_fraction):
         lambda image: preprocessing.preprocess_for_eval(image, image_size, image_size, central_fraction),
         images, fn_output_signature=tf.float32)
     logits = tf.cast(inception_v4.main_logits(model(prepared, training=False)), tf.float32)
-    return {"probabilities": tf.nn.softmax(logits),
-            "class_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}
+    class_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return {"probabilities": tf.nn.softmax(logits), "class_ids": class_ids,
+            "class_names": tf.gather(tf.constant(class_names), class_ids)}
 
-  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES])
+  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], class_names)
 
 
 def input_fingerprint(config, data):
@@ -291,7 +293,8 @@ def make_task(config, workdir):
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=saved_model_predict_fn,
-      export=lambda model, path: export_model(model, path, cfg.image_size, cfg.central_fraction),
+      export=lambda model, path: export_model(model, path, cfg.image_size, cfg.central_fraction,
+                                              data.class_names),
       describe=(f"{cfg.source} data, {data.num_classes} classes, {cfg.image_size}x{cfg.image_size}; "
                 f"phases: head ({config.trainable_scopes}), unfrozen "
                 f"(+{config.finetune.unfreeze_last_blocks} blocks)"),

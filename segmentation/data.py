@@ -111,7 +111,7 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None):
                f"{train_source.size:,}", f"{eval_source.size:,}", data_cfg.num_classes)
   report = common_data.skip_report({"train": list(train_source.skipped), "eval": list(eval_source.skipped)})
   return SegmentationData(train=train, eval=evaluation, num_classes=data_cfg.num_classes,
-                          class_names=_class_names(data_cfg), ignore_label=data_cfg.ignore_label,
+                          class_names=class_names(data_cfg), ignore_label=data_cfg.ignore_label,
                           num_eval_images=eval_source.size, num_train_images=train_source.size,
                           train_files=train_files, data_report=report)
 
@@ -134,7 +134,7 @@ def _check_config(cfg):
   common_data.duplicates_mode(cfg)
 
 
-def _class_names(cfg):
+def class_names(cfg):
   """data.class_names; else the source's: synthetic, a VOC root's class_names.txt, VOC's 21; else None."""
   if cfg.class_names:
     return tuple(cfg.class_names)

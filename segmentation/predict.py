@@ -1,12 +1,18 @@
-"""Writes a mask PNG in Pascal VOC's colors (and the raw class ids) per input image, with a SavedModel.
+"""Writes, per input image, its mask in Pascal VOC's colours, its raw class ids, and the image with
+the mask blended in above a legend of class names and colours.
 
-python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg b.png
+python -m segmentation.predict --workdir=runs/segmentation --output_dir=runs/masks a.jpg b.png
+python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg
+
+--workdir reads a training run: its own config.json, and the weights of its best evaluation (best/,
+with train.best_metric) or else of its newest checkpoint; --saved_model reads an export.
 """
 from common import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
+import json
 import os
 
 from absl import app
@@ -16,34 +22,75 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
+from common import checkpoints
 from common import cli
+from common import config as config_lib
 from common import workdir as workdir_lib
+from common.errors import CheckpointError
 from configs import segmentation as segmentation_config
 from segmentation import data as data_lib
+from segmentation import task as task_lib
 from segmentation import visualize
 
-_SAVED_MODEL = flags.DEFINE_string("saved_model", "runs/segmentation/saved_model",
-                                   "SavedModel written by segmentation.train.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir: its best or newest weights.")
+_SAVED_MODEL = flags.DEFINE_string("saved_model", None, "A SavedModel written by segmentation.train.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
 MAX_PIXELS = segmentation_config.get_config().data.eval_max_pixels
 _MAX_PIXELS = flags.DEFINE_integer("max_pixels", MAX_PIXELS,
-                                   "Larger images are refused before the SavedModel loads: a whole image's "
+                                   "Larger images are refused before the model loads: a whole image's "
                                    "activations grow with its pixels (as data.eval_max_pixels).")
 
 
-def predict_files(saved_model, paths, output_dir, max_pixels=MAX_PIXELS):
-  """Writes <name>_mask.png (VOC palette) and <name>_classes.png (class ids) per image; returns the paths."""
-  workdir_lib.check_saved_model(saved_model)
-  workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the SavedModel loads
-  for path in paths:  # from their headers, before the SavedModel loads too
+def load_saved_model(saved_model):
+  """images -> (class ids, class names) of a SavedModel."""
+  serve = tf.saved_model.load(saved_model).signatures["serving_default"]
+
+  def classify(images):
+    outputs = serve(images=images)
+    names = outputs.get("class_names")  # exports from before class names were added: ids then
+    return outputs["class_ids"], None if names is None else [n.decode() for n in names.numpy()]
+
+  return classify
+
+
+def load_workdir(workdir):
+  """images -> (class ids, class names) of a run's best weights, else its newest checkpoint."""
+  saved_config = os.path.join(workdir, "config.json")
+  if not os.path.isfile(saved_config):
+    raise CheckpointError(f"{saved_config} does not exist: --workdir must be a segmentation.train "
+                          "run's workdir (or pass --saved_model)")
+  config = segmentation_config.get_config()
+  with open(saved_config) as f:
+    config_lib.apply_saved(config, json.load(f))
+  weights = (tf.train.latest_checkpoint(checkpoints.best_dir(workdir))
+             or tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)))
+  if not weights:
+    raise CheckpointError(f"no checkpoint in {checkpoints.checkpoint_dir(workdir)}; train into --workdir first")
+  names = data_lib.class_names(config.data) or tuple(str(c) for c in range(config.data.num_classes))
+  model = task_lib.build_model(config, config.data.num_classes)
+  checkpoints.restore(tf.train.Checkpoint(model=model), weights, partial=True)
+  logging.info("predicting with %s (config %s)", weights, saved_config)
+  multiple = task_lib.pad_multiple(config)
+  logits = tf.function(lambda images: task_lib.whole_image_logits(model, images, multiple), reduce_retracing=True)
+  return lambda images: (tf.argmax(logits(images), axis=-1, output_type=tf.int32), names)
+
+
+def predict_files(paths, output_dir, *, saved_model=None, workdir=None, max_pixels=MAX_PIXELS):
+  """Writes <name>_mask.png (VOC palette), <name>_classes.png (class ids as grey levels) and
+  <name>_overlay.png (the image, the mask blended in, a legend) per image; returns the mask paths."""
+  if saved_model:
+    workdir_lib.check_saved_model(saved_model)
+  workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the model loads
+  for path in paths:  # from their headers, before the model loads too
     size = data_lib.header_size(path, path)
     if size:
       data_lib.check_eval_size(path, size, max_pixels, setting="--max_pixels")
-  serve = tf.saved_model.load(saved_model).signatures["serving_default"]
+  classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir)
   written = []
   for path in paths:
     image = data_lib.read_image_file(path)
-    class_ids = serve(images=tf.convert_to_tensor(image[None]))["class_ids"][0].numpy().astype(np.uint8)
+    class_ids, names = classify(tf.convert_to_tensor(image[None]))
+    class_ids = class_ids[0].numpy().astype(np.uint8)
     stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
     with workdir_lib.writing(output_dir, flag="--output_dir"):  # a disk filling up on the way
       Image.fromarray(class_ids).save(stem + "_classes.png")
@@ -51,15 +98,19 @@ def predict_files(saved_model, paths, output_dir, max_pixels=MAX_PIXELS):
       mask = Image.fromarray(class_ids)
       mask.putpalette(visualize.voc_palette())
       mask.save(stem + "_mask.png")
+      visualize.overlay_with_legend(image, class_ids, names).save(stem + "_overlay.png")
     written.append(stem + "_mask.png")
-    logging.info("%s -> %s_mask.png", path, stem)
+    logging.info("%s -> %s_mask.png, _classes.png, _overlay.png", path, stem)
   return written
 
 
 def main(argv):
   if len(argv) < 2:
     raise app.UsageError("give one or more image files")
-  predict_files(_SAVED_MODEL.value, argv[1:], _OUTPUT_DIR.value, _MAX_PIXELS.value)
+  if bool(_WORKDIR.value) == bool(_SAVED_MODEL.value):
+    raise app.UsageError("give --workdir (a training run) or --saved_model (an export), one of them")
+  predict_files(argv[1:], _OUTPUT_DIR.value, saved_model=_SAVED_MODEL.value, workdir=_WORKDIR.value,
+                max_pixels=_MAX_PIXELS.value)
 
 
 if __name__ == "__main__":

@@ -68,17 +68,34 @@ def image_summaries(model, batch):
           "patches/prediction": visualize.colorize(predictions.numpy())}
 
 
-def export_model(model, path, pad_multiple):
-  """SavedModel: uint8 images of any size -> per-pixel logits, probabilities and class ids."""
+def build_model(config, num_classes):
+  return model_lib.build_model(num_classes, tuple(config.model.widths), config.model.weight_decay,
+                               config.data.normalization, config.model.sync_batch_norm,
+                               config.model.output_stride)
+
+
+def pad_multiple(config):
+  """Image sides must be a multiple of the model's total stride: the SavedModel and predict pad to it."""
+  return model_lib.total_stride(config.model.widths, config.model.output_stride)
+
+
+def whole_image_logits(model, images, multiple):
+  """Logits of uint8 images of any size: padded to the stride's multiple, cropped back."""
+  height, width = tf.shape(images)[1], tf.shape(images)[2]
+  return model(common_data.pad_to_multiple(images, multiple, axis=1), training=False)[:, :height, :width]
+
+
+def export_model(model, path, multiple, class_names):
+  """SavedModel: uint8 images of any size -> per-pixel logits, probabilities and class ids, and the
+  class names (a name per id, also the asset assets/class_names.txt)."""
 
   def serve(images):
-    height, width = tf.shape(images)[1], tf.shape(images)[2]
-    logits = model(common_data.pad_to_multiple(images, pad_multiple, axis=1), training=False)
-    logits = logits[:, :height, :width]
+    logits = whole_image_logits(model, images, multiple)
     return {"logits": logits, "probabilities": tf.nn.softmax(logits),
-            "class_ids": tf.argmax(logits, axis=-1, output_type=tf.int32)}
+            "class_ids": tf.argmax(logits, axis=-1, output_type=tf.int32),
+            "class_names": tf.constant(class_names)}
 
-  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES])
+  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], class_names)
 
 
 def input_fingerprint(config, data):
@@ -99,8 +116,10 @@ def make_task(config, workdir):
   """Checks the config, builds the datasets (synthetic scenes are cached in workdir) -> Task."""
   validate_config(config)
   cfg = config.data
-  pad_multiple = model_lib.total_stride(config.model.widths, config.model.output_stride)
-  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, pad_multiple, workdir)
+  multiple = pad_multiple(config)
+  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, multiple, workdir)
+
+  class_names = data.class_names or tuple(str(c) for c in range(data.num_classes))  # ids, without names
 
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
@@ -111,16 +130,14 @@ def make_task(config, workdir):
       name="segmentation",
       train_dataset=data.train,
       eval_dataset=data.eval,
-      build_model=lambda: model_lib.build_model(data.num_classes, tuple(config.model.widths),
-                                                config.model.weight_decay, cfg.normalization,
-                                                config.model.sync_batch_norm, config.model.output_stride),
+      build_model=lambda: build_model(config, data.num_classes),
       make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
       loss_fn=make_loss_fn(cfg.ignore_label, tuple(config.loss.class_weights) or None),
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["logits"],
-      export=lambda model, path: export_model(model, path, pad_multiple),
+      export=lambda model, path: export_model(model, path, multiple, class_names),
       describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
       image_summaries_fn=image_summaries,
       train_files=data.train_files,

@@ -1,6 +1,7 @@
 """Every path a command line takes (--workdir, --saved_model, --report_dir, predict's --output_dir)
 gets the workdir's one-line checks: a missing SavedModel, a file where a folder is wanted, an
 unwritable folder is exit 2 and one `error:` line naming the path and the flag, no traceback."""
+import functools
 import os
 
 import numpy as np
@@ -84,7 +85,8 @@ def test_bad_predict_paths_are_one_line_each_before_the_saved_model_loads(paths,
            ((paths["saved_model"], paths["file"]), f"cannot write {paths['file']} (File exists); a file stands "
                                                    "where a folder is needed: choose another --output_dir")]
   for (saved_model, output_dir), expected in cases:
-    line = one_error_line(capsys, predict.predict_files, saved_model, [image], output_dir)
+    line = one_error_line(capsys, functools.partial(predict.predict_files, [image], output_dir,
+                                                     saved_model=saved_model))
     assert line.startswith(expected), line
 
 
@@ -93,8 +95,8 @@ def test_read_only_report_and_output_folders_are_one_line_each(paths, read_only_
   line = one_error_line(capsys, cli.check_evaluation_paths, paths["workdir"], None, f"{read_only}/report")
   assert line == (f"cannot write {read_only}/report ({reason}); it is not writable: make it writable or "
                   "choose another --report_dir"), line
-  line = one_error_line(capsys, predict.predict_files, paths["saved_model"], ["photo.png"],
-                        f"{read_only}/masks")
+  line = one_error_line(capsys, functools.partial(predict.predict_files, ["photo.png"], f"{read_only}/masks",
+                                                   saved_model=paths["saved_model"]))
   assert line.startswith(f"cannot write {read_only}/masks ({reason}); it is not writable"), line
 
 
@@ -108,7 +110,8 @@ def write_photo(paths):
 def test_a_photo_over_max_pixels_is_one_line_before_the_saved_model_loads(paths, capsys):
   photo = write_photo(paths)
   # The stand-in SavedModel would not load: the line comes from the photo's header alone.
-  line = one_error_line(capsys, predict.predict_files, paths["saved_model"], [photo], paths["empty"], 5000)
+  line = one_error_line(capsys, functools.partial(predict.predict_files, [photo], paths["empty"],
+                                                   saved_model=paths["saved_model"], max_pixels=5000))
   assert line == (f"{photo}: 100x60 is 6,000 pixels, more than --max_pixels=5,000, the bound on the memory "
                   "of one whole image; resize it or raise --max_pixels"), line
 

@@ -107,7 +107,7 @@ ADAPTATIONS = {
         "runs/segmentation was trained with the smoke preset (above)", preset="smoke"),
     "python -m segmentation.predict": Run(
         "as written; the masks must be there",
-        creates=("runs/masks/photo_mask.png", "runs/masks/photo_classes.png")),
+        creates=("runs/masks/photo_mask.png", "runs/masks/photo_classes.png", "runs/masks/photo_overlay.png")),
     "python -m triplet.train --config=configs/triplet.py": Run(
         "the default preset trains 3000 steps at 160x160 (GPU-sized)", preset="smoke"),
     "python -m triplet.train --config=configs/triplet.py:small": Run(

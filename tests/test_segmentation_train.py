@@ -71,6 +71,19 @@ def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_
   voc = visualize.voc_palette()
   for k in np.unique(class_ids):
     assert mask.getpalette()[3 * k:3 * k + 3] == voc[3 * k:3 * k + 3], k
+  overlay = Image.open(tmp_path / "out" / "photo_overlay.png")  # the photo, blended, above a legend
+  assert overlay.size[1] > 21 and np.array(overlay)[:21, :30].std() > 0
+  # --workdir: the run's config and newest weights, the same classes as its export.
+  predicted = run_cli(["-m", "segmentation.predict", f"--workdir={tmp_path}", f"--output_dir={tmp_path / 'w'}",
+                       str(image_path)])
+  assert predicted.returncode == 0, predicted.stderr[-3000:]
+  np.testing.assert_array_equal(np.array(Image.open(tmp_path / "w" / "photo_classes.png")), class_ids)
+  # A fresh process reads the export's class names, from the signature and from its asset.
+  names = run_cli(["-c", "import sys, tensorflow as tf; serve = tf.saved_model.load(sys.argv[1]).signatures"
+                   "['serving_default']; print(*[n.decode() for n in serve(images=tf.zeros([1, 8, 8, 3], "
+                   "tf.uint8))['class_names'].numpy()])", str(tmp_path / "saved_model")])
+  assert names.stdout.split() == list(synthetic.CLASS_NAMES[:config.data.num_classes]), names.stderr[-2000:]
+  assert (tmp_path / "saved_model" / "assets" / "class_names.txt").read_text().split() == names.stdout.split()
 
 
 def test_chance_baseline_is_the_majority_class_everywhere():
