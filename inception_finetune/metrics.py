@@ -4,17 +4,9 @@ import dataclasses
 import os
 
 import numpy as np
-from PIL import Image
-from PIL import ImageDraw
-from PIL import ImageFont
 import tensorflow as tf
 
-# Side of the confusion-matrix grid in the PNG, about; every class gets a square of whole pixels.
-_CONFUSION_PNG_SIZE = 480
-# Class names label the axes up to this many classes (ids beyond, at a readable stride).
-_MAX_NAMED_CLASSES = 20
-_LABEL_CHARS = 16  # longer names are cut
-_MIN_LABEL_SPACING = 12  # pixels between two axis labels
+from common import plots
 
 
 @dataclasses.dataclass
@@ -101,49 +93,7 @@ def write_report(result, directory, class_names):
     writer.writerow(["true \\ predicted", *class_names])
     for name, row in zip(class_names, result.confusion):
       writer.writerow([name, *(int(c) for c in row)])
-  confusion_image(result.confusion, class_names).save(image)
+  plots.save(plots.confusion_matrix_figure(result.confusion, class_names), image)
   return [per_class, matrix, image]
 
 
-def confusion_grid(confusion):
-  """Row-normalized confusion matrix as an RGB array: white 0, dark blue 1; true classes down."""
-  totals = np.maximum(confusion.sum(axis=1, keepdims=True), 1)
-  fraction = confusion / totals
-  white, blue = np.array([255, 255, 255]), np.array([8, 48, 107])
-  pixels = (white + fraction[..., None] * (blue - white)).astype(np.uint8)
-  cell = max(_CONFUSION_PNG_SIZE // len(confusion), 1)
-  return np.kron(pixels, np.ones((cell, cell, 1), np.uint8))
-
-
-def axis_labels(class_names, cell):
-  """{class id: label}: every name for a few classes; else ids, at a stride that leaves room."""
-  if len(class_names) <= _MAX_NAMED_CLASSES and cell >= _MIN_LABEL_SPACING:
-    return {i: str(name)[:_LABEL_CHARS] for i, name in enumerate(class_names)}
-  stride = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10**9)
-                if s * cell >= _MIN_LABEL_SPACING)
-  return {i: str(i) for i in range(0, len(class_names), stride)}
-
-
-def confusion_image(confusion, class_names):
-  """The confusion grid with the classes on both axes (true down the left, predicted along the top)."""
-  grid = confusion_grid(confusion)
-  cell = grid.shape[0] // len(confusion)
-  labels = axis_labels(class_names, cell)
-  font = ImageFont.load_default()
-  width = max(int(font.getlength(text)) for text in labels.values()) + 6
-  title = "rows: true class, columns: predicted" + ("" if len(labels) == len(class_names) and
-                                                     labels[0] == str(class_names[0])[:_LABEL_CHARS]
-                                                     else " (class ids, names in labels.txt)")
-  top = width + 16  # the title's line, then the rotated column labels
-  image = Image.new("RGB", (width + grid.shape[1] + 4, top + grid.shape[0] + 4), "white")
-  image.paste(Image.fromarray(grid), (width, top))
-  draw = ImageDraw.Draw(image)
-  draw.text((2, 2), title, fill="black", font=font)
-  column_labels = Image.new("RGB", (width, grid.shape[1]), "white")  # drawn across, then turned
-  column_draw = ImageDraw.Draw(column_labels)
-  for class_id, text in labels.items():
-    middle = class_id * cell + cell // 2
-    draw.text((width - 3, top + middle), text, fill="black", font=font, anchor="rm")
-    column_draw.text((3, middle), text, fill="black", font=font, anchor="lm")
-  image.paste(column_labels.rotate(90, expand=True), (width, 16))
-  return image

@@ -1,6 +1,14 @@
-"""Confusion-matrix metrics of semantic segmentation over a whole dataset."""
+"""Confusion-matrix metrics of semantic segmentation over a whole dataset, and its report."""
+import csv
+import os
+
 import numpy as np
+from PIL import Image
+from PIL import ImageDraw
 import tensorflow as tf
+
+from common import plots
+from segmentation import visualize
 
 
 def confusion_matrix(labels, logits, num_classes, ignore_label):
@@ -44,9 +52,51 @@ def _class_key(class_id, width, class_names):
   return f"{padded}_{class_names[class_id]}" if class_names else f"class_{padded}"
 
 
-def evaluate(predict_fn, dataset, num_classes, ignore_label, class_names=None):
-  """mIoU, per-class IoU and pixel accuracy from one confusion matrix over the whole dataset."""
+def evaluate(predict_fn, dataset, num_classes, ignore_label, keep_examples=0):
+  """One pass over the dataset: (its confusion matrix, the first keep_examples (image, label,
+  predicted class ids) for the report's overlays)."""
   confusion = np.zeros([num_classes, num_classes], np.int64)
+  examples = []
   for images, labels in dataset:
-    confusion += confusion_matrix(labels, predict_fn(images), num_classes, ignore_label).numpy()
-  return metrics_from_confusion(confusion, class_names)
+    logits = predict_fn(images)
+    confusion += confusion_matrix(labels, logits, num_classes, ignore_label).numpy()
+    if len(examples) < keep_examples:
+      predictions = tf.argmax(logits, axis=-1).numpy()
+      examples += list(zip(images.numpy(), labels.numpy(), predictions))[:keep_examples - len(examples)]
+  return confusion, examples
+
+
+def write_report(directory, confusion, class_names, examples):
+  """per_class_iou.csv, confusion_matrix.csv (rows: true class), confusion_matrix.png and
+  overlay_<i>.png (an evaluation image, its truth and the prediction blended in); returns the paths."""
+  os.makedirs(directory, exist_ok=True)
+  per_class, matrix, image = (os.path.join(directory, name) for name in (
+      "per_class_iou.csv", "confusion_matrix.csv", "confusion_matrix.png"))
+  true_positive = np.diag(confusion)
+  union = confusion.sum(0) + confusion.sum(1) - true_positive
+  with open(per_class, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["id", "name", "label_pixels", "predicted_pixels", "iou"])
+    for c, name in enumerate(class_names):
+      writer.writerow([c, name, int(confusion[c].sum()), int(confusion[:, c].sum()),
+                       f"{true_positive[c] / union[c]:.6f}" if union[c] else ""])
+  with open(matrix, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["true \\ predicted", *class_names])
+    for name, row in zip(class_names, confusion):
+      writer.writerow([name, *(int(c) for c in row)])
+  plots.save(plots.confusion_matrix_figure(confusion, class_names, "confusion matrix (pixels)"), image)
+  paths = [per_class, matrix, image]
+  for i, (pixels, label, prediction) in enumerate(examples):
+    path = os.path.join(directory, f"overlay_{i}.png")
+    truth = visualize.overlay_with_legend(pixels, label, class_names)  # ignored pixels: VOC's void colour
+    predicted = visualize.overlay_with_legend(pixels, prediction, class_names)
+    side_by_side = Image.new("RGB", (truth.width + predicted.width + 8, max(truth.height, predicted.height) + 14),
+                             "white")
+    draw = ImageDraw.Draw(side_by_side)
+    for x, caption, part in ((0, "truth", truth), (truth.width + 8, "prediction", predicted)):
+      draw.text((x + 2, 1), caption, fill="black")
+      side_by_side.paste(part, (x, 14))
+    side_by_side.save(path)
+    paths.append(path)
+  return paths

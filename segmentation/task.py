@@ -19,6 +19,9 @@ from segmentation import model as model_lib
 from segmentation import visualize
 
 
+REPORT_OVERLAYS = 4  # evaluation images drawn with their truth and prediction in the report
+
+
 def validate_config(config):
   """The segmentation sections' checks (data.py checks the data keys it reads: source, sizes, counts)."""
   config_lib.check_values(config, {
@@ -123,8 +126,11 @@ def make_task(config, workdir):
 
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
-    return task_lib.Evaluation(metrics.evaluate(predict, data.eval, data.num_classes, cfg.ignore_label,
-                                                data.class_names))
+    confusion, examples = metrics.evaluate(predict, data.eval, data.num_classes, cfg.ignore_label,
+                                           keep_examples=REPORT_OVERLAYS)
+    return task_lib.Evaluation(
+        metrics.metrics_from_confusion(confusion, data.class_names),
+        lambda directory: metrics.write_report(directory, confusion, class_names, examples))
 
   return task_lib.Task(
       name="segmentation",

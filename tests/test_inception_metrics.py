@@ -64,25 +64,8 @@ def test_report_files(tmp_path):
     rows = list(csv.reader(f))
   assert rows[0] == ["true \\ predicted", "pug", "beagle", "akita"]
   assert rows[3] == ["akita", "2", "0", "2"]
-  grid = metrics.confusion_grid(confusion)
-  assert grid.shape == (480, 480, 3)
-  assert (grid[0, 0] < grid[0, 200]).all()  # pug->pug (0.75) darker than pug->beagle (0.25)
-  assert (grid[200, 200] == 255).all()  # a class without images stays white
-  image = np.asarray(Image.open(tmp_path / "confusion_matrix.png"))
-  top, left = image.shape[0] - 484, image.shape[1] - 484  # the labels' margins, then the grid
-  np.testing.assert_array_equal(image[top:top + 480, left:left + 480], grid)
-  for class_id in range(3):  # each row has its name written left of it, each column above it
-    start, stop = class_id * 160 + 40, class_id * 160 + 120
-    assert (image[top + start:top + stop, :left] < 128).any(), class_id
-    assert (image[:top, left + start:left + stop] < 128).any(), class_id
-
-
-def test_confusion_axes_name_few_classes_and_number_many():
-  assert metrics.axis_labels(["pug", "beagle"], cell=240) == {0: "pug", 1: "beagle"}
-  labels = metrics.axis_labels([f"n0208{i:04d}-breed" for i in range(120)], cell=4)
-  assert labels == {i: str(i) for i in range(0, 120, 5)}  # 20 pixels apart
-  image = metrics.confusion_image(np.eye(120, dtype=np.int64), [f"breed_{i}" for i in range(120)])
-  assert image.size[0] < 600 and image.size[1] < 600
+  with Image.open(tmp_path / "confusion_matrix.png") as image:  # drawn by common/plots (tests/test_plots.py)
+    assert image.format == "PNG" and min(image.size) > 200
 
 
 def test_chance_top1():

@@ -1,4 +1,5 @@
 """The segmentation trainer end to end: the README's job, resume after SIGTERM, bad input, TensorBoard."""
+import csv
 import json
 import os
 import re
@@ -43,6 +44,17 @@ def test_smoke_run_trains_evaluates_and_exports(tmp_path):
   per_class = [key for key in written if key.startswith("iou/")]
   named = [f"iou/{c:02d}_{name}" for c, name in enumerate(synthetic.CLASS_NAMES)]
   assert per_class == [key for key in named if key in per_class] and len(per_class) >= 2
+  # The report in eval/: per-class IoU as in metrics.json, the confusion matrix, overlays.
+  with open(tmp_path / "eval" / "per_class_iou.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert {f"iou/{int(r['id']):02d}_{r['name']}": pytest.approx(float(r["iou"]), abs=1e-6)
+          for r in rows if r["iou"]} == {key: written[key] for key in per_class}
+  with open(tmp_path / "eval" / "confusion_matrix.csv") as f:
+    counts = np.array([row[1:] for row in list(csv.reader(f))[1:]], np.int64)
+  assert counts.sum() == sum(int(r["label_pixels"]) for r in rows) > 0
+  assert np.trace(counts) / counts.sum() == pytest.approx(written["pixel_accuracy"])
+  for name in ["confusion_matrix.png"] + [f"overlay_{i}.png" for i in range(config.data.num_eval_images)]:
+    assert Image.open(tmp_path / "eval" / name).format == "PNG", name
   serve = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
   out = serve(images=tf.zeros([2, 37, 45, 3], tf.uint8))  # any size, not a multiple of the stride
   assert out["class_ids"].shape == (2, 37, 45)

@@ -1,0 +1,27 @@
+"""The reports' plots hold what they claim: row fractions as colour, counts in the cells, a colour
+bar, class names on the axes (ids at a stride for many classes)."""
+import numpy as np
+
+from common import plots
+
+
+def test_confusion_matrix_colours_rows_writes_counts_and_has_a_colour_bar(tmp_path):
+  confusion = np.array([[3, 1, 0], [0, 0, 0], [2, 0, 2000]])
+  figure = plots.confusion_matrix_figure(confusion, ["pug", "beagle", "akita"])
+  grid, colour_bar = figure.axes
+  np.testing.assert_allclose(grid.images[0].get_array(),
+                             [[0.75, 0.25, 0], [0, 0, 0], [2 / 2002, 0, 2000 / 2002]])
+  assert colour_bar.get_ylabel() == "fraction of the true class"
+  assert [t.get_text() for t in grid.texts] == ["3", "1", "0", "0", "0", "0", "2", "0", "2,000"]
+  assert [t.get_text() for t in grid.get_yticklabels()] == ["pug", "beagle", "akita"]
+  assert (grid.get_xlabel(), grid.get_ylabel()) == ("predicted class", "true class")
+  path = plots.save(figure, str(tmp_path / "confusion.png"))
+  assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_many_classes_get_ids_at_a_stride_and_no_counts():
+  figure = plots.confusion_matrix_figure(np.eye(120, dtype=np.int64), [f"breed_{i}" for i in range(120)])
+  grid = figure.axes[0]
+  assert [t.get_text() for t in grid.get_xticklabels()] == [str(i) for i in range(0, 120, 3)]
+  assert not grid.texts
+  plots.save(figure, "/dev/null")
