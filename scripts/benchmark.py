@@ -47,27 +47,26 @@ import sys
 import tempfile
 import time
 
+import keras
+import numpy as np
+from PIL import Image
+import tensorflow as tf
+
+from common import cli
+from common import config as config_lib
+from common import distributed
+from common import hardware
+from common import optimizers
+from common import train_loop
+from common import train_step
+from common.errors import ConfigError
+from common.errors import UserError
+from scripts import flops as flops_lib
+from scripts import memory_estimate
+from scripts.peers import measure
+from scripts.peers import peer_runner
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-import keras  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
-from PIL import Image  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-from common import cli  # pylint: disable=g-import-not-at-top
-from common import config as config_lib  # pylint: disable=g-import-not-at-top
-from common import distributed  # pylint: disable=g-import-not-at-top
-from common import hardware  # pylint: disable=g-import-not-at-top
-from common import optimizers  # pylint: disable=g-import-not-at-top
-from common import train_loop  # pylint: disable=g-import-not-at-top
-from common import train_step  # pylint: disable=g-import-not-at-top
-from common.errors import ConfigError  # pylint: disable=g-import-not-at-top
-from common.errors import UserError  # pylint: disable=g-import-not-at-top
-from scripts import flops as flops_lib  # pylint: disable=g-import-not-at-top
-from scripts import memory_estimate  # pylint: disable=g-import-not-at-top
-from scripts.peers import measure  # pylint: disable=g-import-not-at-top
-from scripts.peers import peer_runner  # pylint: disable=g-import-not-at-top
 
 # trainer: (its config module, its task module). They are imported when the trainer is
 # benchmarked, so that benchmarking one trainer needs nothing from the others.

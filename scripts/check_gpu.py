@@ -12,10 +12,8 @@ Exit code: 0 when TensorFlow can use a GPU; 1 when it cannot (no GPU, no
 kernels for it, missing CUDA libraries, native Windows), so that a shell
 script can test for a usable GPU. The cause is printed either way.
 """
-import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from common import hardware  # pylint: disable=g-import-not-at-top
 

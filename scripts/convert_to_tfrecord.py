@@ -17,10 +17,7 @@ image/segmentation/class/format.
 """
 import io
 import os
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags

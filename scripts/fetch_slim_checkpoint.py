@@ -20,7 +20,6 @@ import functools
 import hashlib
 import http.client
 import os
-import pathlib
 import sys
 import tarfile
 import tempfile
@@ -29,7 +28,6 @@ import urllib.error
 import urllib.request
 import zlib
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags

@@ -28,17 +28,13 @@ Sets (under --output_dir):
 """
 import csv
 import os
-import sys
 
 from absl import app
 from absl import flags
 import numpy as np
 from PIL import Image
 
-if __name__ == "__main__":  # run as a script: the repository root holds segmentation/
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from segmentation import visualize  # pylint: disable=g-import-not-at-top
+from segmentation import visualize
 
 SETS = ("voc", "npy", "identities", "classes")
 CLASS_NAMES = ("background",) + tuple(f"digit_{d}" for d in range(10))

@@ -75,3 +75,19 @@ def test_run_output_starts_with_its_own_lines_and_its_log_is_kept(tmp_path):
     assert json.loads(evaluated.stdout)["miou"] == json.load(f)["eval"]["miou"]
   with open(os.path.join(workdir, "eval", "eval.log")) as f:
     assert "config: the run's own" in f.read()
+
+
+def test_the_installed_repository_imports_from_any_folder(tmp_path):
+  """requirements.txt installs the repository (pyproject.toml): no sys.path patches anywhere."""
+  env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+  modules = ["segmentation.train", "triplet.evaluate", "inception_finetune.train", "scripts.benchmark",
+             "scripts.fetch_slim_checkpoint", "scripts.peers.tf_triplet_step"]
+  result = subprocess.run([sys.executable, "-c", f"import {', '.join(modules)}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env)
+  assert result.returncode == 0, result.stderr[-2000:]
+  script = subprocess.run([sys.executable, os.path.join(helpers.REPO_ROOT, "scripts", "make_real_sets.py"),
+                           "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+  # absl's own --help (exit 1): the script got past its imports of the repository's modules.
+  assert "--output_dir" in script.stdout + script.stderr and "Error" not in script.stderr, script.stderr[-2000:]
+  assert not subprocess.run(["git", "grep", "-n", "sys.path.insert", "--", "*.py", ":!tests"],
+                            cwd=helpers.REPO_ROOT, capture_output=True, text=True).stdout

@@ -19,17 +19,12 @@ work as torch_peers.py's triplet step. Reported:
 """
 import argparse
 import json
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-import measure  # pylint: disable=g-import-not-at-top,wrong-import-position
-from triplet import losses  # pylint: disable=g-import-not-at-top,wrong-import-position
+from scripts.peers import measure
+from triplet import losses
 
 
 def graph_tensor_bytes(graph):

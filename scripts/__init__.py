@@ -1,0 +1,1 @@
+"""Command-line tools: benchmarks, data conversion, checkpoint fetching, GPU checks."""
