@@ -52,3 +52,33 @@ def save(figure, path):
   figure.savefig(path, dpi=100)
   plt.close(figure)
   return path
+
+
+def roc_figure(curves, far_mark=None, title="ROC: verification pairs"):
+  """True accept rate against false accept rate on a logarithmic axis, where VAL@FAR lives (a
+  linear axis squeezes FAR < 1e-2 into its first pixels). curves: {label: (far, tar)}, the trained
+  network's first; far_mark: a FAR to mark with a line and each curve's VAL there (the highest true
+  accept rate at a false accept rate at most far_mark)."""
+  figure, axes = plt.subplots(figsize=(6.5, 5))
+  smallest = 1.0
+  for label, (far, tar) in curves.items():
+    far, tar = np.asarray(far, np.float64), np.asarray(tar, np.float64)
+    positive = far > 0
+    smallest = min(smallest, far[positive].min() if positive.any() else 1.0)
+    line, = axes.step(np.where(positive, far, np.nan), tar, where="post", label=label)
+    if far_mark is not None:
+      val = tar[far <= far_mark].max()
+      axes.plot([far_mark], [val], "o", color=line.get_color())
+      line.set_label(f"{label} (TAR {val:.3f} at FAR {far_mark:g})")
+  if far_mark is not None:
+    axes.axvline(far_mark, color="grey", linestyle="--", linewidth=1, label=f"FAR = {far_mark:g}")
+  axes.set_xscale("log")
+  axes.set_xlim(min(smallest, far_mark or 1.0) / 2, 1.0)
+  axes.set_ylim(0, 1.01)
+  axes.set_xlabel("false accept rate (different pairs accepted)")
+  axes.set_ylabel("true accept rate (same pairs accepted)")
+  axes.set_title(title)
+  axes.grid(True, which="both", alpha=0.3)
+  axes.legend(loc="lower right", fontsize=8)
+  figure.tight_layout()
+  return figure

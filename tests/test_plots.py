@@ -3,6 +3,7 @@ bar, class names on the axes (ids at a stride for many classes)."""
 import numpy as np
 
 from common import plots
+from triplet import metrics
 
 
 def test_confusion_matrix_colours_rows_writes_counts_and_has_a_colour_bar(tmp_path):
@@ -24,4 +25,19 @@ def test_many_classes_get_ids_at_a_stride_and_no_counts():
   grid = figure.axes[0]
   assert [t.get_text() for t in grid.get_xticklabels()] == [str(i) for i in range(0, 120, 3)]
   assert not grid.texts
+  plots.save(figure, "/dev/null")
+
+
+def test_roc_has_a_log_false_accept_axis_and_marks_each_curves_rate_there():
+  # 1000 different pairs: FAR steps of 1e-3. "good" accepts 9 of 10 same pairs before any different one.
+  is_same = np.r_[np.ones(10, bool), np.zeros(1000, bool)]
+  good = np.r_[np.arange(9), 2000, np.arange(1000) + 10.0]
+  bad = np.r_[np.arange(10) + 500.0, np.arange(1000.0)]
+  curves = {name: metrics.roc_curve(d, is_same) for name, d in (("trained", good), ("untrained", bad))}
+  figure = plots.roc_figure(curves, far_mark=1e-3)
+  axes = figure.axes[0]
+  assert axes.get_xscale() == "log"
+  labels = [t.get_text() for t in axes.get_legend().get_texts()]
+  # Brute force: the highest true accept rate among thresholds accepting at most 1 different pair.
+  assert labels == ["trained (TAR 0.900 at FAR 0.001)", "untrained (TAR 0.000 at FAR 0.001)", "FAR = 0.001"]
   plots.save(figure, "/dev/null")
