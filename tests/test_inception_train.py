@@ -189,7 +189,7 @@ def test_training_accuracy_rises_clearly_above_chance(finetune_run):
 
 
 @pytest.mark.slow
-def test_reports_and_saved_model_are_written(finetune_run):
+def test_reports_and_saved_model_are_written(finetune_run, run_cli):
   workdir = finetune_run["workdir"]
   for name in ("labels.txt", "class_balance.csv", "eval/confusion_matrix.csv",
                "eval/confusion_matrix.png", "eval/per_class_accuracy.csv"):
@@ -206,6 +206,19 @@ def test_reports_and_saved_model_are_written(finetune_run):
   exported = task.evaluate(task.saved_model_predict_fn(serve), True).metrics
   assert (exported["top1"], exported["top5"]) == (evaluation["top1"], evaluation["top5"])
   np.testing.assert_allclose(exported["loss"], evaluation["loss"], rtol=1e-4)
+  # A fresh process: the export names each image's class as labels.txt does (and keeps the names).
+  names = [line.split(":", 1)[1] for line in open(os.path.join(workdir, "labels.txt")).read().splitlines()]
+  named = run_cli(["-c", "import sys, tensorflow as tf; out = tf.saved_model.load(sys.argv[1]).signatures["
+                   "'serving_default'](images=tf.zeros([1, 90, 70, 3], tf.uint8)); print(int(out['class_ids'][0]),"
+                   " out['class_names'][0].numpy().decode())", os.path.join(workdir, "saved_model")])
+  class_id, name = named.stdout.split()
+  assert name == names[int(class_id)], named.stderr[-2000:]
+  with open(os.path.join(workdir, "saved_model", "assets", "class_names.txt")) as f:
+    assert f.read().splitlines() == names
+  # evaluate --workdir alone: the run's own config.json (the smoke preset, the stand-in's classes).
+  evaluated = run_cli(["-m", "inception_finetune.evaluate", f"--workdir={workdir}"])
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert json.loads(evaluated.stdout)["top1"] == evaluation["top1"]
 
 
 @pytest.mark.slow
