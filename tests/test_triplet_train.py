@@ -35,7 +35,8 @@ def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path, capsys):
   # 2 folds of 4 different pairs cannot measure a 1e-3 false accept rate: no number, the reason.
   assert "val_at_far_1e-3" not in results["eval"] and "val_at_far_1e-3" not in initial
   assert saved["data"]["val_at_far_1e-3"] == (
-      "n/a (needs 1000 different-identity pairs per fold, the pairs file has 4)")
+      "n/a (needs 1000 different-identity pairs per fold, or over all folds for a pooled VAL; the "
+      "pairs file has 4 in a fold, 8 overall)")
   tags = helpers.scalar_tags(tmp_path / "train")
   assert {"mining/active_fraction", "mining/positive_distance", "mining/negative_distance",
           "embedding_norm", "activations/stem_conv/mean", "activations/stem_conv/variance"} <= tags
