@@ -21,7 +21,8 @@ Sets (under --output_dir):
                handwritten samples side by side (40x40, dark ink on light paper); train/ holds 70
                numbers x 12 images, eval/ the 30 held-out numbers x 8 images drawn from the
                evaluation digits, pairs.txt LFW's format over eval/ (10 folds x 30 same and 30
-               different pairs); files <identity>/<identity>_<nnnn>.png.
+               different pairs); files <identity>/<identity>_<nnnn>.png. --train_identities=8 writes
+               only 8 of the 70 training numbers (the same images), for few-identity recipes.
   classes/     the Inception trainer's class folders (train/, eval/: digit_<d>/<id>.png, 96x96,
                dark ink on light paper, random size and place) and the same training images as images/<id>.png with labels.csv (id,label)
                for the `csv` source (data.image_extension=.png).
@@ -151,17 +152,20 @@ def _digit_image(rng, digit, size):
 
 
 def write_identities(out_dir, image_size=40, images_per_train_identity=12, images_per_eval_identity=8,
-                     num_folds=10, pairs_per_fold=30):
+                     num_folds=10, pairs_per_fold=30, train_identities=70):
   """Identity folders and an LFW pairs.txt over held-out identities; returns the folder.
 
   An identity is a two-digit number, each image of it two handwritten samples side by side, so
   identities share parts (as faces do) and held-out ones are new combinations: 70 random numbers
-  train, the other 30 are held out and drawn from the evaluation digits only.
+  train, the other 30 are held out and drawn from the evaluation digits only. train_identities
+  < 70 writes only that many of the 70 (the first drawn); every image, held-out ones included, is
+  the same as in the full set.
   """
   root = os.path.join(out_dir, "identities")
   train_x, train_y, eval_x, eval_y = load_digits()
   rng = np.random.default_rng(SEED + 2)
   numbers = rng.permutation(100)
+  kept = set(numbers[:train_identities]) | set(numbers[70:])
   counts = {}
   for split, digits, labels, wanted, per_identity in (
       ("train", train_x, train_y, sorted(numbers[:70]), images_per_train_identity),
@@ -169,10 +173,12 @@ def write_identities(out_dir, image_size=40, images_per_train_identity=12, image
     pools = [digits[labels == d] for d in range(10)]
     for number in wanted:
       name = f"number_{number:02d}"
-      os.makedirs(os.path.join(root, split, name), exist_ok=True)
+      if number in kept:
+        os.makedirs(os.path.join(root, split, name), exist_ok=True)
       for index in range(1, per_identity + 1):
-        _number_image(rng, pools, number, image_size).save(
-            os.path.join(root, split, name, f"{name}_{index:04d}.png"))
+        image = _number_image(rng, pools, number, image_size)  # drawn for every number: same images
+        if number in kept:
+          image.save(os.path.join(root, split, name, f"{name}_{index:04d}.png"))
       counts[name] = per_identity
   eval_names = [f"number_{n:02d}" for n in sorted(numbers[70:])]
   lines = [f"{num_folds}\t{pairs_per_fold}"]
@@ -230,9 +236,11 @@ def write_classes(out_dir, image_size=96):
 WRITERS = {"voc": write_voc, "npy": write_npy, "identities": write_identities, "classes": write_classes}
 
 
-def write_all(out_dir, sets=SETS):
+def write_all(out_dir, sets=SETS, train_identities=70):
   """Writes the named sets into out_dir; returns {set name: its folder}."""
-  return {name: WRITERS[name](out_dir) for name in sets}
+  return {name: WRITERS[name](out_dir, **({"train_identities": train_identities}
+                                          if name == "identities" else {}))
+          for name in sets}
 
 
 def _write_lines(path, lines):
@@ -245,7 +253,10 @@ def main(argv):
   unknown = sorted(set(flags.FLAGS.sets) - set(SETS))
   if unknown:
     raise app.UsageError(f"--sets: unknown {', '.join(unknown)}; valid: {', '.join(SETS)}")
-  for name, folder in write_all(flags.FLAGS.output_dir, flags.FLAGS.sets).items():
+  if not 2 <= flags.FLAGS.train_identities <= 70:
+    raise app.UsageError(f"--train_identities={flags.FLAGS.train_identities}: must be in 2..70")
+  for name, folder in write_all(flags.FLAGS.output_dir, flags.FLAGS.sets,
+                                flags.FLAGS.train_identities).items():
     print(f"{name}: {folder}")
 
 
@@ -254,5 +265,7 @@ if __name__ == "__main__":
   # that define --output_dir.
   flags.DEFINE_string("output_dir", None, "Folder to write the sets into (created).")
   flags.DEFINE_list("sets", list(SETS), f"Which sets to write: {', '.join(SETS)}.")
+  flags.DEFINE_integer("train_identities", 70, "identities/: how many of the 70 training numbers to "
+                       "write (few-identity recipes); the held-out ones stay the same.")
   flags.mark_flag_as_required("output_dir")
   app.run(main)

@@ -64,7 +64,8 @@ OWN = {
         ("loss.cross_replica_mining", None),
         ("data.source", "voc"), ("data.small_identities", "skip"), ("data.identities_per_batch", 1),
         ("data.images_per_identity", 1),  # a triplet loss needs an anchor and a positive
-        ("data.skip_bad_files", None), ("data.normalization", "foo"), ("data.load_size", 0),
+        ("data.skip_bad_files", None), ("data.random_flip", None), ("data.normalization", "foo"),
+        ("data.load_size", 0),
         ("data.crop_size", 0), ("data.crop_size", 32), ("data.eval_batch_size", 0),
         ("data.num_train_identities", 0), ("data.num_eval_identities", 1),
         ("data.images_per_synthetic_identity", 1), ("data.num_pair_folds", 0), ("data.pairs_per_fold", 0),

@@ -31,6 +31,8 @@ def reference_triplets(labels):
 
 
 def reference_batch_hard(labels, embeddings, margin, squared, soft=False):
+  """soft: Hermans et al.'s soft margin, log(1 + exp(d(a,p) - d(a,n))), which has no margin."""
+  margin = 0.0 if soft else margin
   d = reference_distances(embeddings, squared)
   hardest = {}  # anchor -> (gap, d(a,p), d(a,n)) of its hardest triplet
   for a, p, q in reference_triplets(labels):

@@ -69,17 +69,55 @@ def test_val_at_far_over_folds():
   assert 0.5 <= result["val"] < 0.53
 
 
-def test_val_at_far_is_unmeasurable_below_1_over_far_different_pairs_per_fold():
+def test_val_at_far_protocol_per_fold_pooled_or_unmeasurable():
   # 10 folds of 100 same and 1000 different pairs: a 1e-3 rate is one false accept per fold.
   is_same = np.tile(np.r_[np.ones(100, bool), np.zeros(1000, bool)], 10)
-  assert metrics.val_at_far_unmeasurable(is_same, num_folds=10) is None
-  # LFW's own 300 different pairs per fold are too few; the fewest of any fold is named.
+  assert metrics.val_at_far_protocol(is_same, num_folds=10) == ("val_at_far_1e-3", None)
+  # LFW's own 300 different pairs per fold are too few per fold, but 2999 together are enough.
   is_same = np.tile(np.r_[np.ones(300, bool), np.zeros(300, bool)], 10)
   is_same[-1] = True
-  assert metrics.val_at_far_unmeasurable(is_same, num_folds=10) == (
-      "n/a (needs 1000 different-identity pairs per fold, the pairs file has 299)")
+  assert metrics.val_at_far_protocol(is_same, num_folds=10) == (
+      "val_at_far_1e-3_pooled", "pooled over all 10 folds (val_at_far_1e-3_pooled): a fold has 299 "
+      "different-identity pairs, per fold needs 1000; all folds have 2999")
+  # Under 1000 different pairs overall: not measurable at all; the fewest of any fold is named.
+  is_same = np.tile(np.r_[np.ones(30, bool), np.zeros(30, bool)], 10)
+  is_same[-1] = True
+  assert metrics.val_at_far_protocol(is_same, num_folds=10) == (None, (
+      "n/a (needs 1000 different-identity pairs per fold, or over all folds for a pooled VAL; the "
+      "pairs file has 29 in a fold, 299 overall)"))
   # One fold is all the pairs.
-  assert metrics.val_at_far_unmeasurable(np.zeros(1000, bool), num_folds=1) is None
+  assert metrics.val_at_far_protocol(np.zeros(1000, bool), num_folds=1) == ("val_at_far_1e-3", None)
+
+
+def test_pooled_val_at_far_on_an_lfw_sized_set_matches_a_brute_force_count():
+  # LFW's layout: 10 folds of 300 same then 300 different pairs, made-up distances.
+  rng = np.random.default_rng(7)
+  folds = [(rng.gamma(2.0, 0.3, 300), rng.normal(1.4, 0.25, 300)) for _ in range(10)]
+  distances = np.concatenate([np.r_[same, different] for same, different in folds])
+  is_same = np.tile(np.r_[np.ones(300, bool), np.zeros(300, bool)], 10)
+  pairs = [data.Pair(f"a{i}", f"b{i}", bool(s)) for i, s in enumerate(is_same)]
+  eval_data = data.EvalData([], np.zeros([0], np.int64), pairs, num_folds=10)
+  # Embeddings on a line, so that each pair's distance is the made-up one.
+  embeddings = {}
+  for i, distance in enumerate(distances):
+    embeddings[f"a{i}"], embeddings[f"b{i}"] = np.array([0.0]), np.array([distance])
+  results, _ = metrics.score(embeddings, eval_data)
+  assert "val_at_far_1e-3" not in results
+  assert metrics.val_at_far_note(eval_data).startswith("pooled over all 10 folds")
+  # Brute force: of every threshold (each distance, or above them all) that accepts at most
+  # 1e-3 x 3000 = 3 different pairs (distance below it), the largest; VAL over all 3000 same pairs.
+  same_all = [d for d, s in zip(distances, is_same) if s]
+  different_all = [d for d, s in zip(distances, is_same) if not s]
+  best = None
+  for threshold in list(distances) + [max(distances) + 1.0]:
+    if sum(d < threshold for d in different_all) <= 3 and (best is None or threshold > best):
+      best = threshold
+  expected_val = sum(d < best for d in same_all) / 3000
+  expected_far = sum(d < best for d in different_all) / 3000
+  assert 0.05 < expected_val < 0.95  # the made-up set is neither trivial nor hopeless at this rate
+  assert results["val_at_far_1e-3_pooled"] == pytest.approx(expected_val, abs=1e-12)
+  assert results["val_far_achieved_pooled"] == pytest.approx(expected_far, abs=1e-12)
+  assert expected_far == 3 / 3000
 
 
 def test_raw_pixel_embeddings_are_flattened_unit_vectors():
@@ -142,7 +180,8 @@ def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
   # One different pair per fold cannot measure a 1e-3 false accept rate: no number at all.
   assert "val_at_far_1e-3" not in results and "val_far_achieved" not in results
   assert metrics.val_at_far_note(eval_data) == (
-      "n/a (needs 1000 different-identity pairs per fold, the pairs file has 1)")
+      "n/a (needs 1000 different-identity pairs per fold, or over all folds for a pooled VAL; the "
+      "pairs file has 1 in a fold, 2 overall)")
   assert metrics.area_under_curve(far, tar) == 1.0
   assert metrics.evaluate(None, [], [], data.EvalData([], np.zeros([0], np.int64), [], 0)) == ({}, None)
 

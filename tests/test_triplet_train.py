@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import helpers
+from triplet import task as task_lib
 from triplet import train
 
 
@@ -35,7 +36,8 @@ def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path, capsys):
   # 2 folds of 4 different pairs cannot measure a 1e-3 false accept rate: no number, the reason.
   assert "val_at_far_1e-3" not in results["eval"] and "val_at_far_1e-3" not in initial
   assert saved["data"]["val_at_far_1e-3"] == (
-      "n/a (needs 1000 different-identity pairs per fold, the pairs file has 4)")
+      "n/a (needs 1000 different-identity pairs per fold, or over all folds for a pooled VAL; the "
+      "pairs file has 4 in a fold, 8 overall)")
   tags = helpers.scalar_tags(tmp_path / "train")
   assert {"mining/active_fraction", "mining/positive_distance", "mining/negative_distance",
           "embedding_norm", "activations/stem_conv/mean", "activations/stem_conv/variance"} <= tags
@@ -183,3 +185,21 @@ def test_evaluate_cli_and_bad_input(tmp_path):
     assert process.returncode == 2, (case, stderr[-2000:])
     assert len(errors) == 1 and cases[case][2] in errors[0], (case, stderr[-2000:])
     assert "Traceback" not in stderr, case
+
+
+def test_best_metric_without_verification_pairs_falls_back_before_training(tmp_path, caplog):
+  training, held_out = tmp_path / "training", tmp_path / "held_out"
+  for i in range(4):
+    write_identity(training, f"trainee{i}", 2)
+    write_identity(held_out, f"person{i}", 2)
+  expected = {"held-out identities, no pairs": (held_out, "recall_at_1", "the best recall_at_1's weights"),
+              "no evaluation data": (None, "", "the last weights")}
+  for case, (eval_dir, metric, kept) in expected.items():
+    config = helpers.make_config("triplet", "smoke", **{
+        "data.source": "folder", "data.train_dir": str(training), "data.eval_dir": str(eval_dir or "")})
+    assert config.train.best_metric == "verification_accuracy"  # the presets' choice
+    caplog.clear()
+    task_lib.make_task(config, str(tmp_path / "run"))
+    assert config.train.best_metric == metric, case
+    assert (f"train.best_metric=verification_accuracy needs verification pairs (data.pairs_file): "
+            f"keeping {kept} instead") in caplog.text, case

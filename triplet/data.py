@@ -338,11 +338,13 @@ def load_image(path, load_size):
   return tf.image.resize(image, [load_size, load_size])
 
 
-def preprocess_for_train(image, crop_size, seed, normalizer):
-  """Random crop_size crop and horizontal flip (stateless, from a [2] seed), then normalization."""
+def preprocess_for_train(image, crop_size, seed, normalizer, flip=True):
+  """Random crop_size crop and, with flip, horizontal flip (stateless, from a [2] seed), then
+  normalization."""
   crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
   image = tf.image.stateless_random_crop(image, [crop_size, crop_size, 3], crop_seed)
-  image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+  if flip:
+    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
   return normalizer(image)
 
 
@@ -401,7 +403,7 @@ def _pick_images(starts, counts, k, seed):
 
 
 def make_train_dataset(identities, identities_per_batch, images_per_identity, load_size, crop_size,
-                       normalization_name, seed):
+                       normalization_name, seed, flip=True):
   """Endless batches (images [P*K, crop, crop, 3] float32, labels [P*K] int32).
 
   Labels index `identities`. Every batch holds P distinct identities, K images
@@ -422,7 +424,7 @@ def make_train_dataset(identities, identities_per_batch, images_per_identity, lo
     file_index, label = file_and_label
     image = load_image(tf.gather(paths, file_index), load_size)
     return preprocess_for_train(image, crop_size, _stream_seed(seed, _AUGMENT_STREAM, index),
-                                normalizer), label
+                                normalizer, flip), label
 
   dataset = _identity_batches(len(identities), p, seed).enumerate()
   dataset = dataset.map(_pick_images(starts, counts, k, seed)).unbatch().enumerate()

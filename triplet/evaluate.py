@@ -3,7 +3,8 @@
 python -m triplet.evaluate --workdir=runs/triplet   # the run's own config.json; --config.key=value on top
 python -m triplet.evaluate --config=configs/triplet.py --saved_model=runs/triplet/saved_model
 
-Metrics go to stdout as JSON (VAL at FAR 1e-3 as "n/a (...)" when the pairs are too few for it);
+Metrics go to stdout as JSON (val_at_far_1e-3 as "n/a (...)" when the pairs are too few for it, or
+as "pooled ..." beside val_at_far_1e-3_pooled when only all folds together have enough);
 the ROC curve of the verification pairs to roc.png in --report_dir (default <workdir>/eval).
 """
 from common import process
@@ -32,7 +33,7 @@ def main(argv):
   task = task_lib.make_task(config, workdir)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
   evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
-  # An unmeasurable VAL@FAR is printed as its n/a text (the metrics themselves stay numbers).
+  # A VAL@FAR not measured per fold is printed as its note (the metrics themselves stay numbers).
   results = dict(evaluation.metrics)
   if metrics.VAL_AT_FAR in task.data_report:
     results[metrics.VAL_AT_FAR] = task.data_report[metrics.VAL_AT_FAR]

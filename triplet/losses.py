@@ -1,6 +1,7 @@
 """Triplet losses with online mining on the in-batch distance matrix.
 
-Each loss takes integer labels [B], embeddings [B, D] and a margin and returns
+Each loss takes integer labels [B], embeddings [B, D] and a margin (which the
+soft-margin batch-hard loss, having none, does not use) and returns
 (scalar float32 loss, dict of mining statistics):
   active_fraction    fraction of the triplets the loss averages over whose
                      hinge is positive (the triplets that carry gradient);
@@ -84,9 +85,9 @@ def batch_hard_triplet_loss(labels, embeddings, margin, squared=False, soft=Fals
   """Batch-hard loss (Hermans et al. 2017): each anchor's hardest positive and negative.
 
   Over the anchors that have at least one positive and one negative, the mean
-  of max(0, max_p d(a,p) - min_n d(a,n) + margin), or of
-  softplus(max_p d(a,p) - min_n d(a,n) + margin) when soft (margin=0 gives
-  the paper's soft margin). 0 when no anchor qualifies.
+  of max(0, max_p d(a,p) - min_n d(a,n) + margin), or when soft of
+  softplus(max_p d(a,p) - min_n d(a,n)): the paper's soft margin, which
+  replaces the margin (`margin` is not used). 0 when no anchor qualifies.
   """
   distances = pairwise_distances(embeddings, squared)
   positive, negative = _pair_masks(labels)
@@ -95,7 +96,7 @@ def batch_hard_triplet_loss(labels, embeddings, margin, squared=False, soft=Fals
   hardest_positive = tf.reduce_max(tf.where(positive, distances, zeros), axis=1)
   padding = tf.stop_gradient(tf.reduce_max(distances)) + 1.0
   hardest_negative = tf.reduce_min(tf.where(negative, distances, zeros + padding), axis=1)
-  gap = hardest_positive - hardest_negative + margin
+  gap = hardest_positive - hardest_negative + (0.0 if soft else margin)
   per_anchor = tf.nn.softplus(gap) if soft else tf.nn.relu(gap)
   loss = _masked_mean(per_anchor, valid)
   return loss, _statistics(gap > 0, hardest_positive, hardest_negative, valid)

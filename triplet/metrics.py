@@ -15,6 +15,7 @@ _RETRIEVAL_BLOCK = 512
 # The false accept rate at which VAL is reported (FaceNet's and LFW's 1e-3).
 TARGET_FAR = 1e-3
 VAL_AT_FAR = "val_at_far_1e-3"
+VAL_AT_FAR_POOLED = VAL_AT_FAR + "_pooled"
 
 
 def pair_distances(embeddings_a, embeddings_b):
@@ -106,18 +107,36 @@ def val_at_far(distances, is_same, far=1e-3, num_folds=10):
           "far": float(results[:, 2].mean())}
 
 
-def val_at_far_unmeasurable(is_same, num_folds, far=TARGET_FAR):
-  """Why VAL at `far` cannot be measured on these pairs, or None when it can.
+def val_at_far_pooled(distances, is_same, far=1e-3):
+  """VAL at a false accept rate over all pairs at once, as FaceNet reports it when the folds are too
+  small: the threshold accepting at most far x all different pairs, VAL over all same pairs.
 
-  Each fold's false accept rate is a count over that fold's different pairs:
-  with fewer than 1 / far of them no rate as low as `far` can be told apart.
+  Returns {val, far}: VAL and the false accept rate that threshold reaches.
+  """
+  val, far_reached = rates(distances, is_same, threshold_at_far(distances, is_same, far))
+  return {"val": val, "far": far_reached}
+
+
+def val_at_far_protocol(is_same, num_folds, far=TARGET_FAR):
+  """(metric key, note): how VAL at `far` is measured on these pairs.
+
+  A false accept rate is a count over different pairs: with fewer than 1 / far of them no rate
+  as low as `far` can be told apart. (VAL_AT_FAR, None) per fold when every fold has that many;
+  else (VAL_AT_FAR_POOLED, why) over all folds pooled when all of them together have; else
+  (None, the n/a text).
   """
   is_same = np.asarray(is_same, bool)
   needed = int(np.ceil(1 / far - 1e-9))
   fewest = min(int(np.sum(~is_same[fold])) for fold in split_folds(len(is_same), num_folds))
   if fewest >= needed:
-    return None
-  return f"n/a (needs {needed} different-identity pairs per fold, the pairs file has {fewest})"
+    return VAL_AT_FAR, None
+  overall = int(np.sum(~is_same))
+  if overall >= needed:
+    return VAL_AT_FAR_POOLED, (f"pooled over all {num_folds} folds ({VAL_AT_FAR_POOLED}): a fold has "
+                               f"{fewest} different-identity pairs, per fold needs {needed}; all "
+                               f"folds have {overall}")
+  return None, (f"n/a (needs {needed} different-identity pairs per fold, or over all folds for a "
+                f"pooled VAL; the pairs file has {fewest} in a fold, {overall} overall)")
 
 
 def recall_at_k(embeddings, labels, ks=(1, 5)):
@@ -202,10 +221,15 @@ def compute_embeddings(embed_fn, dataset):
   return np.concatenate([np.asarray(embed_fn(images)) for images in dataset], axis=0)
 
 
+def has_retrieval(eval_data):
+  """Whether recall@k can be measured: some held-out identity has two images."""
+  return bool(len(eval_data.paths)) and np.max(np.bincount(eval_data.labels)) > 1
+
+
 def score(embeddings_by_path, eval_data):
   """Returns (metrics dict, (false accept rates, true accept rates) or None)."""
   results = {}
-  if len(eval_data.paths) and np.max(np.bincount(eval_data.labels)) > 1:
+  if has_retrieval(eval_data):
     embeddings = np.stack([embeddings_by_path[p] for p in eval_data.paths])
     recall = recall_at_k(embeddings, eval_data.labels, ks=(1, 5))
     results.update({f"recall_at_{k}": value for k, value in recall.items()})
@@ -220,18 +244,22 @@ def score(embeddings_by_path, eval_data):
       "verification_accuracy_std": verification["accuracy_std"],
       "verification_threshold": verification["threshold"],
   })
-  # Left out, not reported as a number, when the folds are too small (val_at_far_unmeasurable).
-  if not val_at_far_unmeasurable(is_same, eval_data.num_folds):
+  # Per fold, pooled, or left out (not reported as a number) as the pairs allow (val_at_far_protocol).
+  key, _ = val_at_far_protocol(is_same, eval_data.num_folds)
+  if key == VAL_AT_FAR:
     val = val_at_far(distances, is_same, TARGET_FAR, eval_data.num_folds)
     results.update({VAL_AT_FAR: val["val"], "val_far_achieved": val["far"]})
+  elif key == VAL_AT_FAR_POOLED:
+    val = val_at_far_pooled(distances, is_same, TARGET_FAR)
+    results.update({VAL_AT_FAR_POOLED: val["val"], "val_far_achieved_pooled": val["far"]})
   return results, roc_curve(distances, is_same)
 
 
 def val_at_far_note(eval_data):
-  """The n/a text of val_at_far_unmeasurable for an evaluation set's pairs, or None."""
+  """The note of val_at_far_protocol (pooled, or n/a) for an evaluation set's pairs, or None."""
   if not eval_data.pairs:
     return None
-  return val_at_far_unmeasurable([p.is_same for p in eval_data.pairs], eval_data.num_folds)
+  return val_at_far_protocol([p.is_same for p in eval_data.pairs], eval_data.num_folds)[1]
 
 
 def raw_pixel_embeddings(images):

@@ -40,6 +40,7 @@ def validate_config(config):
       "data.identities_per_batch": config_lib.integer(2),  # negatives need a second identity
       "data.images_per_identity": config_lib.POSITIVE_INT,
       "data.skip_bad_files": config_lib.BOOL,
+      "data.random_flip": config_lib.BOOL,
       "data.normalization": config_lib.one_of(*normalization.SCHEMES),
       **dict.fromkeys(["data.load_size", "data.crop_size", "data.eval_batch_size",
                        "data.num_train_identities", "data.num_pair_folds", "data.pairs_per_fold"],
@@ -60,6 +61,19 @@ def validate_config(config):
                       f"x data.images_per_identity = {data.identities_per_batch * data.images_per_identity}")
   if data.crop_size > data.load_size:
     raise ConfigError(f"data.crop_size={data.crop_size} must be in 1..data.load_size={data.load_size}")
+
+
+def fall_back_best_metric(config, eval_data):
+  """The presets' train.best_metric=verification_accuracy needs verification pairs: without them
+  the run keeps the weights of the best recall_at_1 on the held-out identities instead, or, with
+  no retrieval either, the last weights (""). Said in one line before training, rather than
+  refused at the first evaluation, after training time was spent."""
+  if config.train.best_metric != "verification_accuracy" or eval_data.pairs:
+    return
+  fallback = "recall_at_1" if metrics.has_retrieval(eval_data) else ""
+  logging.warning("train.best_metric=verification_accuracy needs verification pairs (data.pairs_file): "
+                  "keeping %s instead", f"the best {fallback}'s weights" if fallback else "the last weights")
+  config.train.best_metric = fallback
 
 
 def build_model(config, num_identities):
@@ -163,6 +177,7 @@ def make_task(config, workdir):
   cfg = config.data
   identities = data_lib.load_train_identities(cfg, config.seed, workdir)
   eval_data = data_lib.load_eval_data(cfg, config.seed, workdir)
+  fall_back_best_metric(config, eval_data)
   eval_paths = metrics.images_to_embed(eval_data)
   eval_dataset = data_lib.make_eval_dataset(eval_paths, cfg.load_size, cfg.crop_size,
                                             cfg.normalization, cfg.eval_batch_size)
@@ -191,7 +206,7 @@ def make_task(config, workdir):
       name="triplet",
       train_dataset=data_lib.make_train_dataset(
           identities, cfg.identities_per_batch, cfg.images_per_identity, cfg.load_size,
-          cfg.crop_size, cfg.normalization, config.seed),
+          cfg.crop_size, cfg.normalization, config.seed, cfg.random_flip),
       eval_dataset=eval_dataset,
       build_model=lambda: build_model(config, len(identities)),
       make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,

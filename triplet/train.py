@@ -68,7 +68,10 @@ def train_and_evaluate(config, workdir):
   results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
   with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
     saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
-  print(f"{summarize(results, initial)} at step {results['step']}\n"
+  best = results.get("best")
+  exported = (f"; saved_model/ holds step {best['step']}'s weights (best {best['metric']} "
+              f"{best['value']:.4f})" if best else "")
+  print(f"{summarize(results, initial)} at step {results['step']}{exported}\n"
         f"outputs in {os.path.abspath(workdir)}: checkpoints/, train/ and eval/ (TensorBoard), "
         f"metrics.json, initial_eval.json, config.json, {os.path.basename(saved_model)}/", flush=True)
   return dict(results, initial_eval=initial)
