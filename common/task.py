@@ -32,9 +32,12 @@ class Evaluation:
   Attributes:
     metrics: {name: float}, what the loop logs, summarizes and puts in metrics.json.
     write_report: optional write_report(directory) -> [paths written] (ROC curve, confusion matrix).
+    curves: what the report draws, as JSON (triplet: the ROC's far and tar), so that a later
+      report can draw this evaluation beside its own (the baselines of a run).
   """
   metrics: dict
   write_report: Optional[Callable[[str], list]] = None
+  curves: Optional[dict] = None
 
   def write(self, directory):
     """Writes the report files (if there are any) into directory, and logs their paths."""

@@ -110,6 +110,9 @@ ADAPTATIONS = {
         creates=("runs/masks/photo_mask.png", "runs/masks/photo_classes.png", "runs/masks/photo_overlay.png")),
     "python -m triplet.train --config=configs/triplet.py": Run(
         "the default preset trains 3000 steps at 160x160 (GPU-sized)", preset="smoke"),
+    "python -m triplet.train --config=configs/triplet.py:few": Run(
+        "1,000 steps (tests/test_real_triplet.py runs them all and checks the figures); 2 steps show the "
+        "command trains on the 8-identity set, evaluates and exports", append=TWO_STEPS),
     "python -m triplet.train --config=configs/triplet.py:small": Run(
         "the real-data run is a slow test of its own; 2 steps show the command trains on the real "
         "set's identities, evaluates on the held-out ones and exports", append=TWO_STEPS),

@@ -1,6 +1,5 @@
 """Verification and retrieval metrics on hand-made cases."""
 import numpy as np
-from PIL import Image
 import pytest
 
 from triplet import data
@@ -150,20 +149,6 @@ def test_roc_curve_and_area():
   assert metrics.area_under_curve(far, tar) == pytest.approx(0.875)
   perfect_far, perfect_tar = metrics.roc_curve([0.1, 0.2, 0.8, 0.9], [True, True, False, False])
   assert metrics.area_under_curve(perfect_far, perfect_tar) == 1.0
-
-
-def test_write_roc_png_draws_the_curve(tmp_path):
-  far, tar = metrics.roc_curve([0.1, 0.2, 0.8, 0.9], [True, True, False, False])
-  path = metrics.write_roc_png(str(tmp_path / "roc.png"), far, tar, size=200, margin=40)
-  with Image.open(path) as image:
-    assert image.format == "PNG" and image.size == (200, 200)
-    pixels = np.asarray(image.convert("RGB")).astype(int)
-  curve = np.all(pixels == (31, 90, 200), axis=-1)
-  # A perfect classifier climbs the left edge and runs along the top of the plot.
-  left, top, right, bottom = 40, 40, 180, 160
-  assert curve[top + 5:bottom - 5, left - 1:left + 2].any(axis=1).all()
-  assert curve[top - 1:top + 2, left + 5:right - 5].any(axis=0).all()
-  assert not curve[bottom - 40:bottom - 5, right - 40:right - 5].any()
 
 
 def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():

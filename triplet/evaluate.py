@@ -30,7 +30,7 @@ def main(argv):
   startup.prepare_run(config)
   if config.data.source == "folder" and not (config.data.eval_dir or config.data.pairs_file):
     raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
-  task = task_lib.make_task(config, workdir)
+  task = task_lib.make_task(config, workdir, for_training=False)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
   evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
   # A VAL@FAR not measured per fold is printed as its note (the metrics themselves stay numbers).

@@ -6,8 +6,6 @@ other folds. A pair is predicted "same" when its distance is below the
 threshold.
 """
 import numpy as np
-from PIL import Image
-from PIL import ImageDraw
 
 # Queries scored per block in retrieval, bounding memory to this many rows of distances.
 _RETRIEVAL_BLOCK = 512
@@ -186,26 +184,6 @@ def area_under_curve(x, y):
   """Trapezoidal area under y(x) for increasing x."""
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
   return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2))
-
-
-def write_roc_png(path, far, tar, title="ROC", size=400, margin=48):
-  """Draws the ROC curve (linear axes, chance diagonal) into a PNG of size x size pixels."""
-  image = Image.new("RGB", (size, size), "white")
-  draw = ImageDraw.Draw(image)
-  left, top, right, bottom = margin, margin, size - margin // 2, size - margin
-  to_pixel = lambda x, y: (left + x * (right - left), bottom - y * (bottom - top))
-  draw.rectangle([left, top, right, bottom], outline="black")
-  draw.line([to_pixel(0, 0), to_pixel(1, 1)], fill=(190, 190, 190))
-  for tick in (0.0, 0.5, 1.0):
-    x, y = to_pixel(tick, tick)
-    draw.text((x - 8, bottom + 4), f"{tick:g}", fill="black")
-    draw.text((left - 24, y - 6), f"{tick:g}", fill="black")
-  draw.text((left, 4), f"{title}  AUC {area_under_curve(far, tar):.4f}", fill="black")
-  draw.text((left, top - 14), "true accept rate", fill="black")
-  draw.text((right - 100, bottom + 20), "false accept rate", fill="black")
-  draw.line([to_pixel(x, y) for x, y in zip(far, tar)], fill=(31, 90, 200), width=2)
-  image.save(path, format="PNG")
-  return path
 
 
 # Scoring an evaluation set (data.EvalData).

@@ -5,6 +5,7 @@ normalization as a second output (a training statistic), or, in the softmax
 sanity mode, a classifier around it; evaluation, prediction and the
 SavedModel use the embedding network inside it.
 """
+import json
 import os
 
 from absl import logging
@@ -15,6 +16,7 @@ from common import config as config_lib
 from common import data as common_data
 from common import export as export_lib
 from common import normalization
+from common import plots
 from common import task as task_lib
 from common.errors import ConfigError
 from triplet import data as data_lib
@@ -25,10 +27,12 @@ from triplet import model as model_lib
 SOFTMAX = "softmax"
 LOSS_NAMES = tuple(losses.LOSSES) + (SOFTMAX,)
 ROC_PNG = "roc.png"
+INITIAL_ROC = "initial_roc.json"  # the ROC curves of the untrained network and of raw pixels
 
 
-def validate_config(config):
-  """The triplet sections' checks (data.py checks the folders and pairs it reads)."""
+def validate_config(config, for_training=True):
+  """The triplet sections' checks (data.py checks the folders and pairs it reads); an evaluation
+  (for_training=False) skips those of the training batches."""
   data, loss = config.data, config.loss
   config_lib.check_values(config, {
       "loss.name": config_lib.one_of(*LOSS_NAMES),
@@ -54,6 +58,8 @@ def validate_config(config):
       "model.bn_momentum": config_lib.FRACTION,
       "model.sync_batch_norm": config_lib.BOOL,
   })
+  if not for_training:
+    return
   if loss.name != SOFTMAX and data.images_per_identity < 2:
     raise ConfigError(f"loss.name={loss.name} needs data.images_per_identity >= 2 (anchor and positive)")
   if config.train.batch_size != data.identities_per_batch * data.images_per_identity:
@@ -171,13 +177,24 @@ def input_fingerprint(config, identities):
           "train files": common_data.files_fingerprint([p for i in identities for p in i.paths])}
 
 
-def make_task(config, workdir):
-  """Checks the config, lists the identities (synthetic ones are written once) -> Task."""
-  validate_config(config)
+def make_task(config, workdir, for_training=True):
+  """Checks the config, lists the identities (synthetic ones are written once) -> Task.
+
+  An evaluation (for_training=False) reads only the evaluation data: no training folder, no checks
+  of the training batches (P x K), no training dataset; softmax mode alone counts the training
+  identities, the size of its classifier.
+  """
+  validate_config(config, for_training)
   cfg = config.data
-  identities = data_lib.load_train_identities(cfg, config.seed, workdir)
+  softmax = config.loss.name == SOFTMAX
+  identities = (data_lib.load_train_identities(cfg, config.seed, workdir) if for_training or softmax
+                else None)
   eval_data = data_lib.load_eval_data(cfg, config.seed, workdir)
-  fall_back_best_metric(config, eval_data)
+  if for_training:
+    fall_back_best_metric(config, eval_data)
+  # The ROC's false accept rates can reach 1e-3 only with 1000 different pairs or more.
+  different_pairs = sum(not pair.is_same for pair in eval_data.pairs)
+  far_mark = metrics.TARGET_FAR if different_pairs * metrics.TARGET_FAR >= 1 else None
   eval_paths = metrics.images_to_embed(eval_data)
   eval_dataset = data_lib.make_eval_dataset(eval_paths, cfg.load_size, cfg.crop_size,
                                             cfg.normalization, cfg.eval_batch_size)
@@ -196,12 +213,24 @@ def make_task(config, workdir):
     results["roc_auc"] = metrics.area_under_curve(*roc)
 
     def write_report(directory):
+      """roc.png: this evaluation's ROC beside the untrained network's and raw pixels' (the
+      baselines of the run, kept in <workdir>/initial_roc.json)."""
       os.makedirs(directory, exist_ok=True)
-      return [metrics.write_roc_png(os.path.join(directory, ROC_PNG), *roc, title="verification ROC")]
+      curves = {"trained": roc}
+      baselines = os.path.join(workdir, INITIAL_ROC)
+      if os.path.isfile(baselines):
+        with open(baselines) as f:
+          curves.update((name, (c["far"], c["tar"])) for name, c in json.load(f).items())
+      return [plots.save(plots.roc_figure(curves, far_mark), os.path.join(directory, ROC_PNG))]
 
-    return task_lib.Evaluation(results, write_report)
+    return task_lib.Evaluation(results, write_report, curves={"far": roc[0].tolist(), "tar": roc[1].tolist()})
 
-  softmax = config.loss.name == SOFTMAX
+  if not for_training:
+    return task_lib.Task(name="triplet", train_dataset=None, eval_dataset=eval_dataset,
+                         build_model=lambda: build_model(config, len(identities) if softmax else 0),
+                         make_phases=None, loss_fn=None, make_predict_fn=make_predict_fn, evaluate=evaluate,
+                         saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
+                         export=None, describe="", data_report={})
   return task_lib.Task(
       name="triplet",
       train_dataset=data_lib.make_train_dataset(
@@ -228,6 +257,6 @@ def make_task(config, workdir):
                        **({metrics.VAL_AT_FAR: val_note} if val_note else {})))
 
 
-def raw_pixel_metrics(task):
+def raw_pixel_evaluation(task):
   """The evaluation with flattened normalized crops as embeddings: what a network has to beat."""
-  return task.evaluate(metrics.raw_pixel_embeddings, False).metrics
+  return task.evaluate(metrics.raw_pixel_embeddings, False)

@@ -30,14 +30,18 @@ RAW_PIXELS = "raw_pixels/"
 
 def evaluate_before_training(task, model, workdir):
   """The baselines, computed once per workdir (a resumed run reads them back): the metrics of the
-  untrained model and, prefixed RAW_PIXELS, of the raw crops as embeddings."""
+  untrained model and, prefixed RAW_PIXELS, of the raw crops as embeddings; their ROC curves in
+  task.INITIAL_ROC."""
   path = os.path.join(workdir, "initial_eval.json")
   if not os.path.exists(path):
     if tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)):
       return {}
-    results = task.make_evaluate_fn(model)().metrics
-    results.update({RAW_PIXELS + k: v for k, v in task_lib.raw_pixel_metrics(task).items()})
+    untrained, raw_pixels = task.make_evaluate_fn(model)(), task_lib.raw_pixel_evaluation(task)
+    results = dict(untrained.metrics, **{RAW_PIXELS + k: v for k, v in raw_pixels.metrics.items()})
     workdir_lib.write_json(path, results)
+    if untrained.curves:  # verification pairs: their ROC curves go beside the trained one in roc.png
+      workdir_lib.write_json(os.path.join(workdir, task_lib.INITIAL_ROC),
+                             {"untrained": untrained.curves, "raw pixels": raw_pixels.curves})
     logging.info("before training: %s", "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
   with open(path) as f:
     return json.load(f)
