@@ -32,9 +32,12 @@ class Evaluation:
   Attributes:
     metrics: {name: float}, what the loop logs, summarizes and puts in metrics.json.
     write_report: optional write_report(directory) -> [paths written] (ROC curve, confusion matrix).
+    summary_images: optional summary_images() -> {name: [N, H, W, C] uint8 images}, drawn from what
+      the evaluation predicted: the training loop writes them to TensorBoard at each evaluation.
   """
   metrics: dict
   write_report: Optional[Callable[[str], list]] = None
+  summary_images: Optional[Callable[[], dict]] = None
 
   def write(self, directory):
     """Writes the report files (if there are any) into directory, and logs their paths."""

@@ -4,12 +4,14 @@ Images travel as uint8 from the files to the model, which normalizes them in
 its first layer, so training, evaluation of a checkpoint, evaluation of the
 SavedModel and prediction all take the same input.
 """
+import numpy as np
 import tensorflow as tf
 
 from common import config as config_lib
 from common import data as common_data
 from common import export as export_lib
 from common import normalization
+from common import summaries
 from common import task as task_lib
 from common.errors import ConfigError
 from segmentation import data as data_lib
@@ -68,6 +70,20 @@ def image_summaries(model, batch):
           "patches/prediction": visualize.colorize(predictions.numpy())}
 
 
+def side_by_side(image, label, logits):
+  """One evaluation image, its true classes and the predicted ones, side by side: [1, H, 3W+8, 3] uint8."""
+  gap = np.full([image.shape[0], 4, 3], 255, np.uint8)
+  return np.concatenate([image, gap, visualize.colorize(label), gap,
+                         visualize.colorize(np.argmax(logits, axis=-1))], axis=1)[None]
+
+
+def evaluation_summaries(sampler, confusion, class_names):
+  """The evaluation's TensorBoard images: a few examples and the confusion matrix over all pixels."""
+  images = {f"examples/{i}": side_by_side(*example) for i, example in enumerate(sampler.examples)}
+  images["confusion_matrix"] = summaries.confusion_image(confusion, class_names)[None]
+  return images
+
+
 def export_model(model, path, pad_multiple):
   """SavedModel: uint8 images of any size -> per-pixel logits, probabilities and class ids."""
 
@@ -104,8 +120,17 @@ def make_task(config, workdir):
 
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
-    return task_lib.Evaluation(metrics.evaluate(predict, data.eval, data.num_classes, cfg.ignore_label,
-                                                data.class_names))
+    # Counted again beside metrics.evaluate's, which keeps only the metrics (a few ops a batch).
+    confusion = np.zeros([data.num_classes, data.num_classes], np.int64)
+
+    def count(labels, logits):
+      confusion[...] += metrics.confusion_matrix(labels, logits, data.num_classes, cfg.ignore_label).numpy()
+
+    sampler = summaries.EvalSampler(data.eval, predict, config.summaries.max_outputs, count)
+    results = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes, cfg.ignore_label,
+                               data.class_names)
+    return task_lib.Evaluation(
+        results, summary_images=lambda: evaluation_summaries(sampler, confusion, data.class_names))
 
   return task_lib.Task(
       name="segmentation",

@@ -1,0 +1,64 @@
+"""What TensorBoard shows of a segmentation run: training and evaluation images, the confusion matrix,
+the config as text and the HParams, read back from the event files."""
+import io
+import json
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+import helpers
+from segmentation import train
+
+
+def images_of(events, tag):
+  """The decoded PNGs of one image summary's last step, as uint8 arrays."""
+  values = [value for name, plugin, _, value in events if name == tag and plugin == "images"]
+  assert values, tag
+  return [np.asarray(Image.open(io.BytesIO(png))) for png in values[-1].tensor.string_val[2:]]
+
+
+def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(tmp_path):
+  # Fewer steps than summaries.images_every: the training images still come, at the evaluation.
+  config = helpers.make_config("segmentation", "smoke", **{
+      "train.num_steps": 10, "summaries.images_every": 1000, "summaries.activation_stats": True})
+  results = train.train_and_evaluate(config, str(tmp_path))
+  max_outputs = config.summaries.max_outputs
+
+  train_events = helpers.read_events(tmp_path / "train")
+  patches = images_of(train_events, "patches/prediction")
+  assert len(patches) == max_outputs and patches[0].shape == (28, 28, 3)
+  assert {"activations/" in tag for tag in helpers.scalar_tags(tmp_path / "train")} == {True, False}
+
+  eval_events = helpers.read_events(tmp_path / "eval")
+  size = config.data.image_size
+  for i in range(max_outputs):  # image, truth and prediction side by side
+    (example,) = images_of(eval_events, f"examples/{i}")
+    assert example.shape == (size, 3 * size + 8, 3)
+    assert len(np.unique(example[:, size + 4:2 * size + 4].reshape(-1, 3), axis=0)) > 1  # several classes
+  assert not [tag for tag, _, _, _ in eval_events if tag == f"examples/{max_outputs}"]
+  (confusion,) = images_of(eval_events, "confusion_matrix")
+  assert confusion.shape == (400, 480, 3) and (confusion < 128).any()  # drawn: text, dark cells
+
+  root_events = helpers.read_events(tmp_path)
+  (text,) = [value for tag, plugin, _, value in root_events if plugin == "text"]
+  assert text.tag == "config"
+  shown = tf.make_ndarray(text.tensor).item().decode()
+  with open(tmp_path / "config.json") as f:
+    assert json.loads("\n".join(line[4:] for line in shown.splitlines())) == json.load(f)
+
+  hparams = {tag: value.metadata.plugin_data.content for tag, plugin, _, value in root_events
+             if plugin == "hparams"}
+  session = hparams_metadata.parse_session_start_info_plugin_data(
+      hparams[hparams_metadata.SESSION_START_INFO_TAG])
+  assert session.hparams["train.num_steps"].number_value == 10
+  assert session.hparams["model.widths"].string_value == "(8, 16, 32)"
+  assert session.hparams["data.source"].string_value == "synthetic"
+  experiment = hparams_metadata.parse_experiment_plugin_data(hparams[hparams_metadata.EXPERIMENT_TAG])
+  metrics = {(info.name.group, info.name.tag) for info in experiment.metric_infos}
+  assert ("eval", "miou") in metrics and ("eval", "pixel_accuracy") in metrics
+  # The plugin shows a metric's last value in the group's run: the final evaluation's.
+  miou = helpers.read_scalars(tmp_path / "eval", "miou")
+  assert miou[max(miou)] == pytest.approx(results["eval"]["miou"], rel=1e-6)  # float32 summaries
