@@ -218,13 +218,15 @@ def confusion_image(confusion, class_names):
 
 
 def captioned(image, lines):
-  """uint8 [H, W, 3] with lines of (text, colour) written in a white strip below it."""
+  """uint8 [H, W, 3] on white, with lines of (text, colour) below it (wider than the image if they are)."""
   font = ImageFont.load_default(size=11)
-  strip = Image.new("RGB", (image.shape[1], 14 * len(lines) + 4), "white")
-  draw = ImageDraw.Draw(strip)
+  width = max([image.shape[1]] + [int(font.getlength(text)) + 4 for text, _ in lines])
+  canvas = Image.new("RGB", (width, image.shape[0] + 14 * len(lines) + 4), "white")
+  canvas.paste(Image.fromarray(image), (0, 0))
+  draw = ImageDraw.Draw(canvas)
   for i, (text, colour) in enumerate(lines):
-    draw.text((2, 2 + 14 * i), text, fill=colour, font=font)
-  return np.concatenate([image, np.asarray(strip)], axis=0)
+    draw.text((2, image.shape[0] + 2 + 14 * i), text, fill=colour, font=font)
+  return np.asarray(canvas)
 
 
 def to_uint8(images):

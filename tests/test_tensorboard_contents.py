@@ -9,7 +9,10 @@ import pytest
 import tensorflow as tf
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
+from common import summaries
 import helpers
+from inception_finetune import metrics as inception_metrics
+from inception_finetune import task as inception_task
 from segmentation import train
 
 
@@ -62,3 +65,28 @@ def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(tmp
   # The plugin shows a metric's last value in the group's run: the final evaluation's.
   miou = helpers.read_scalars(tmp_path / "eval", "miou")
   assert miou[max(miou)] == pytest.approx(results["eval"]["miou"], rel=1e-6)  # float32 summaries
+
+
+def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
+  """The sampler keeps the first examples an evaluation scored, with the outputs it scored them by."""
+  images = tf.random.stateless_uniform([5, 20, 24, 3], [1, 2], minval=-1, maxval=1)
+  labels = tf.constant([0, 1, 2, 1, 0])
+  dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(2)
+  calls = []
+
+  def predict(batch):  # class 1 for every image: right for the second and fourth
+    calls.append(len(batch))
+    return tf.one_hot(tf.ones([len(batch)], tf.int32), 3)
+
+  sampler = summaries.EvalSampler(dataset, predict, 3)
+  result = inception_metrics.evaluate(sampler.predict, sampler.batches(), 3)
+  assert calls == [2, 2, 1] and result.top1 == pytest.approx(2 / 5)  # no extra forward pass
+  shown = inception_task.evaluation_summaries(sampler, result.confusion, ["cat", "dog", "owl"])
+  assert sorted(shown) == ["confusion_matrix", "examples/0", "examples/1", "examples/2"]
+  for i, label in enumerate([0, 1, 2]):
+    (example,) = shown[f"examples/{i}"]
+    assert example.dtype == np.uint8 and example.shape[0] == 20 + 2 * 14 + 4  # two caption lines
+    np.testing.assert_array_equal(example[:20, :24], summaries.to_uint8((images[i].numpy() + 1) / 2))
+    red = (example[20:, :, 0] > 200) & (example[20:, :, 1] < 80)  # a wrong prediction's line
+    assert red.any() == (label != 1)
+  assert shown["confusion_matrix"].shape == (1, 400, 480, 3)
