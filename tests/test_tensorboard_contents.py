@@ -2,6 +2,11 @@
 the config as text and the HParams, read back from the event files."""
 import io
 import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 
 import numpy as np
 from PIL import Image
@@ -23,11 +28,19 @@ def images_of(events, tag):
   return [np.asarray(Image.open(io.BytesIO(png))) for png in values[-1].tensor.string_val[2:]]
 
 
-def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(tmp_path):
+@pytest.fixture(scope="module")
+def segmentation_run(tmp_path_factory):
+  """(runs folder, its one workdir, config, results) of a short segmentation run."""
+  runs = tmp_path_factory.mktemp("runs")
   # Fewer steps than summaries.images_every: the training images still come, at the evaluation.
   config = helpers.make_config("segmentation", "smoke", **{
       "train.num_steps": 10, "summaries.images_every": 1000, "summaries.activation_stats": True})
-  results = train.train_and_evaluate(config, str(tmp_path))
+  results = train.train_and_evaluate(config, str(runs / "segmentation"))
+  return runs, runs / "segmentation", config, results
+
+
+def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(segmentation_run):
+  _, tmp_path, config, results = segmentation_run
   max_outputs = config.summaries.max_outputs
 
   train_events = helpers.read_events(tmp_path / "train")
@@ -65,6 +78,39 @@ def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(tmp
   # The plugin shows a metric's last value in the group's run: the final evaluation's.
   miou = helpers.read_scalars(tmp_path / "eval", "miou")
   assert miou[max(miou)] == pytest.approx(results["eval"]["miou"], rel=1e-6)  # float32 summaries
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_the_hparams_with_the_final_metrics(segmentation_run):
+  runs, _, _, results = segmentation_run
+  port = helpers.free_port()
+  # The parent of the workdirs, as to compare runs (with the workdir itself as the logdir the plugin
+  # looks for "./eval" and finds no metric values).
+  server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(runs),
+                             "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    url = f"http://127.0.0.1:{port}/data/plugin"
+    assert helpers.wait_for_json(f"{url}/text/tags", lambda tags: tags, 120) == {"segmentation": ["config"]}
+    request = {"experimentName": "", "startIndex": 0, "sliceSize": 10,
+               "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+               "colParams": [{"metric": {"tag": "miou", "group": "eval"}}, {"hparam": "train.num_steps"}]}
+    post = urllib.request.Request(f"{url}/hparams/session_groups", json.dumps(request).encode(),
+                                  {"Content-Type": "application/json"})
+    deadline = time.time() + 60
+    while True:  # until the server has read eval/ too
+      with urllib.request.urlopen(post, timeout=30) as response:
+        (group,) = json.load(response)["sessionGroups"]
+      if group["metricValues"] or time.time() > deadline:
+        break
+      time.sleep(1)
+    assert [session["name"] for session in group["sessions"]] == ["segmentation"]
+    assert group["hparams"]["train.num_steps"] == 10
+    (miou,) = [m for m in group["metricValues"] if m["name"] == {"group": "eval", "tag": "miou"}]
+    assert (miou["trainingStep"], miou["value"]) == (results["step"], pytest.approx(results["eval"]["miou"]))
+  finally:
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
 
 
 def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
