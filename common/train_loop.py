@@ -146,6 +146,7 @@ def train(config, workdir, *, strategy, model, phases, task):
     if run.chief:
       run_log.keep_in(os.path.join(out, "train.log"))
       run_summaries.write_config(start_step, config)
+      run_summaries.flush()  # on disk even if the run is stopped before it closes the writer
     start_time = time.time()
     with diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
       phase_end = 0
