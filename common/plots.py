@@ -47,6 +47,14 @@ def confusion_matrix_figure(confusion, class_names, title="confusion matrix"):
   return figure
 
 
+def image(figure):
+  """The figure as a [H, W, 3] uint8 array (a TensorBoard image), and frees it."""
+  figure.canvas.draw()
+  pixels = np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+  plt.close(figure)
+  return pixels
+
+
 def save(figure, path):
   """Writes the figure as a PNG and frees it (pyplot keeps every open figure otherwise)."""
   figure.savefig(path, dpi=100)

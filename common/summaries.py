@@ -5,12 +5,21 @@ variable on every step, until one event protobuf passed 2 GB. Here scalars,
 images and histograms each have a cadence, images are capped at max_outputs,
 histograms are opt-in, one summary estimated above max_summary_bytes is refused
 with a warning, and the bytes on disk are counted.
+
+Each evaluation can add a few images drawn from what it predicted (EvalSampler
+keeps them as the evaluation passes by), and each run its resolved config as
+text and its hyperparameters for TensorBoard's HParams plugin.
 """
+import json
 import os
 
 from absl import logging
 import numpy as np
+from PIL import Image
+from PIL import ImageDraw
+from PIL import ImageFont
 import tensorflow as tf
+from tensorboard.plugins.hparams import api as hp
 
 # A histogram summary stores its buckets, not the tensor: 30 buckets of 3 doubles plus framing.
 _HISTOGRAM_BYTES = 1024
@@ -49,8 +58,9 @@ class SummaryBudget:
   def scalars_due(self, step):
     return step % self.cfg.scalars_every == 0
 
-  def images_due(self, step):
-    return self.cfg.max_outputs > 0 and step % self.cfg.images_every == 0
+  def images_due(self, step, evaluating=False):
+    """At images_every, and at each evaluation (so that a run shorter than images_every has some)."""
+    return self.cfg.max_outputs > 0 and (evaluating or step % self.cfg.images_every == 0)
 
   def histograms_due(self, step):
     return self._histograms_wanted() and step % self.cfg.histograms_every == 0
@@ -67,6 +77,26 @@ class SummaryBudget:
         batch = batch[:self.cfg.max_outputs]
         if self._within_budget(name, int(np.prod(batch.shape))):
           tf.summary.image(name, batch, max_outputs=self.cfg.max_outputs)
+
+  def write_text(self, step, name, text):
+    with self._writer.as_default(step=step):
+      if self._within_budget(name, len(text.encode())):
+        tf.summary.text(name, text)
+
+  def write_config(self, step, config):
+    """The resolved config as text (a Markdown code block, as config.json holds it)."""
+    text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)
+    self.write_text(step, "config", "\n".join("    " + line for line in text.splitlines()))
+
+  def write_hparams(self, config, metric_names, group):
+    """The config's scalar and string values (sequences as strings) as the HParams plugin's
+    hyperparameters, and metric_names, the scalars of the run directory `group` (its last values
+    are the run's final metrics), as its metrics. Write into the run's root directory."""
+    values = _flat_values(config.to_dict())
+    with self._writer.as_default(step=0):
+      hp.hparams_config(hparams=[hp.HParam(name) for name in values],
+                        metrics=[hp.Metric(name, group=group) for name in sorted(metric_names)])
+      hp.hparams(values)
 
   def write_histograms(self, step, tensors):
     with self._writer.as_default(step=step):
@@ -107,3 +137,65 @@ def select_histogram_variables(variables, kernels, biases):
     if (kernels and leaf in ("kernel", "depthwise_kernel", "embeddings")) or (biases and leaf == "bias"):
       chosen[variable.path] = variable
   return chosen
+
+
+def _flat_values(tree, prefix=""):
+  """{dotted key: value} of a nested dict's bool, int, float and str leaves; sequences as strings."""
+  values = {}
+  for key, value in tree.items():
+    name = f"{prefix}{key}"
+    if isinstance(value, dict):
+      values.update(_flat_values(value, name + "."))
+    elif isinstance(value, (bool, int, float, str)):
+      values[name] = value
+    elif isinstance(value, (list, tuple)):
+      values[name] = str(tuple(value))
+  return values
+
+
+class EvalSampler:
+  """Watches one evaluation pass: the first `count` examples with the model's outputs for them, and
+  every batch's targets and outputs to on_batch, without another forward pass.
+
+  Give the evaluation batches() as its dataset of (inputs, targets) and predict as its predict
+  function: it calls predict on the inputs of each batch it has just read.
+  """
+
+  def __init__(self, dataset, predict, count, on_batch=None):
+    self.examples = []  # [(input, target, output)] as numpy arrays
+    self._dataset = dataset
+    self._predict = predict
+    self._count = count
+    self._on_batch = on_batch
+    self._targets = None
+
+  def batches(self):
+    for inputs, targets in self._dataset:
+      self._targets = targets
+      yield inputs, targets
+
+  def predict(self, inputs):
+    outputs = self._predict(inputs)
+    if self._on_batch:
+      self._on_batch(self._targets, outputs)
+    for i in range(min(len(inputs), self._count - len(self.examples))):
+      self.examples.append((np.asarray(inputs[i]), np.asarray(self._targets[i]), np.asarray(outputs[i])))
+    return outputs
+
+
+def captioned(image, lines):
+  """uint8 [H, W, 3] on white, with lines of (text, colour) below it (wider than the image if they are)."""
+  font = ImageFont.load_default(size=11)
+  width = max([image.shape[1]] + [int(font.getlength(text)) + 4 for text, _ in lines])
+  canvas = Image.new("RGB", (width, image.shape[0] + 14 * len(lines) + 4), "white")
+  canvas.paste(Image.fromarray(image), (0, 0))
+  draw = ImageDraw.Draw(canvas)
+  for i, (text, colour) in enumerate(lines):
+    draw.text((2, image.shape[0] + 2 + 14 * i), text, fill=colour, font=font)
+  return np.asarray(canvas)
+
+
+def to_uint8(images):
+  """Float images in [0, 1] (or uint8 ones) -> uint8."""
+  images = np.asarray(images)
+  return images if images.dtype == np.uint8 else (np.clip(images, 0, 1) * 255).round().astype(np.uint8)

@@ -32,11 +32,14 @@ class Evaluation:
   Attributes:
     metrics: {name: float}, what the loop logs, summarizes and puts in metrics.json.
     write_report: optional write_report(directory) -> [paths written] (ROC curve, confusion matrix).
+    summary_images: optional summary_images() -> {name: [N, H, W, C] uint8 images}, drawn from what
+      the evaluation predicted: the training loop writes them to TensorBoard at each evaluation.
     curves: what the report draws, as JSON (triplet: the ROC's far and tar), so that a later
       report can draw this evaluation beside its own (the baselines of a run).
   """
   metrics: dict
   write_report: Optional[Callable[[str], list]] = None
+  summary_images: Optional[Callable[[], dict]] = None
   curves: Optional[dict] = None
 
   def write(self, directory):

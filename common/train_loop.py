@@ -140,8 +140,13 @@ def train(config, workdir, *, strategy, model, phases, task):
     signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
                       f"the same command again to {'resume' if start_step else 'start'}")
     workdir_lib.write_run_config(config, out, task.run_files)
+    # The run's own event file, in the workdir itself: what the run is (config, HParams), beside
+    # train/ and eval/.
+    run_summaries = summaries_lib.SummaryBudget(out, config.summaries)
     if run.chief:
       run_log.keep_in(os.path.join(out, "train.log"))
+      run_summaries.write_config(start_step, config)
+      run_summaries.flush()  # on disk even if the run is stopped before it closes the writer
     start_time = time.time()
     with diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
       phase_end = 0
@@ -155,6 +160,10 @@ def train(config, workdir, *, strategy, model, phases, task):
         _evaluate(run)
       _honour_signal(run)
     results = run.write_metrics(time.time() - start_time, int(run.step) - start_step)
+    if run.chief:
+      # The final evaluation's metrics are the last values of eval/'s scalars.
+      run_summaries.write_hparams(config, run.last_eval.keys() - {"step"}, group="eval")
+    run_summaries.close()
     run.best.load_into_model()
     if run.last_evaluation:
       with workdir_lib.writing(os.path.join(out, "eval")):
@@ -240,8 +249,9 @@ def _train_phase(run, phase, phase_end, loss_fn, watchdog):
       window = _Window(sample_weights)
     if run.train_summaries.scalars_due(step):
       _write_train_summaries(run, step, last, phase.optimizer)
-    _write_heavy_summaries(run, step, batch)
     evaluate = step % config.train.eval_every == 0
+    # Training images also at each evaluation (the run's last step has one), so that every run has some.
+    _write_heavy_summaries(run, step, batch, evaluating=evaluate or step == run.total_steps)
     if evaluate or step % config.train.checkpoint_every == 0:
       run.save()  # before the evaluation, so that a failing or interrupted one loses no step
     if evaluate:
@@ -334,13 +344,14 @@ def _write_train_summaries(run, step, metrics, optimizer):
   run.train_summaries.write_scalars(step, scalars)
 
 
-def _write_heavy_summaries(run, step, batch):
-  """Images, histograms and activation statistics: each only at its cadence, never in the step."""
+def _write_heavy_summaries(run, step, batch, evaluating):
+  """Images, histograms and activation statistics: each only at its cadence (images also when
+  evaluating), never in the step."""
   if not run.chief:
     return
   cfg = run.config.summaries
   budget = run.train_summaries
-  if run.image_summaries_fn and budget.images_due(step):
+  if run.image_summaries_fn and budget.images_due(step, evaluating):
     budget.write_images(step, run.image_summaries_fn(run.model, batch))
   if cfg.activation_stats and budget.scalars_due(step):
     stats = run.activation_statistics(batch[0])
@@ -372,6 +383,8 @@ def _evaluate(run):
   if warning:
     logging.warning("%s", warning)
   run.eval_summaries.write_scalars(step, results)
+  if run.chief and run.last_evaluation.summary_images:
+    run.eval_summaries.write_images(step, run.last_evaluation.summary_images())
   run.eval_summaries.flush()
   run.last_eval = dict(results, step=step)
   run.best.offer(results, step)

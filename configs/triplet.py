@@ -31,7 +31,7 @@ def get_config(preset=None):
   config.optimizer.decay_rate = 0.5
   config.optimizer.staircase = True
   config.optimizer.clipnorm = 1.0
-  config.summaries.activation_stats = True  # per-layer activation mean and variance
+  config.summaries.activation_stats = False  # per-layer activation mean and variance; True turns them on
 
   config.data = ml_collections.ConfigDict()
   config.data.source = "synthetic"  # synthetic | folder

@@ -7,12 +7,15 @@ evaluation reads the decoded images instead.
 """
 from absl import logging
 import keras
+import numpy as np
 import tensorflow as tf
 
 from common import config as config_lib
 from common import data as common_data
 from common import export as export_lib
+from common import plots
 from common import optimizers
+from common import summaries
 from common import task as task_lib
 from common import train_loop
 from common import train_step
@@ -242,6 +245,22 @@ def image_summaries(model, batch):
   return {"inputs": (images + 1.0) / 2.0}
 
 
+def labelled(image, label, logits, class_names):
+  """One evaluation image ([-1, 1] or the SavedModel's uint8) with its true and predicted class below."""
+  predicted = int(np.argmax(logits))
+  unit = image if image.dtype == np.uint8 else (image + 1.0) / 2.0
+  return summaries.captioned(summaries.to_uint8(unit), [
+      (f"true: {class_names[int(label)]}", "black"),
+      (f"predicted: {class_names[predicted]}", "darkgreen" if predicted == int(label) else "red")])[None]
+
+
+def evaluation_summaries(sampler, confusion, class_names):
+  """The evaluation's TensorBoard images: a few labelled examples and the confusion matrix."""
+  images = {f"examples/{i}": labelled(*example, class_names) for i, example in enumerate(sampler.examples)}
+  images["confusion_matrix"] = plots.image(plots.confusion_matrix_figure(confusion, class_names))[None]
+  return images
+
+
 def export_model(model, path, image_size, central_fraction, class_names):
   """SavedModel: uint8 images [B, H, W, 3] of any size -> class probabilities, ids and names (the
   names also as the asset assets/class_names.txt, a name per id).
@@ -278,10 +297,13 @@ def make_task(config, workdir):
   data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, workdir)
 
   def evaluate(predict, from_saved_model):
-    result = metrics.evaluate(predict, data.raw_eval if from_saved_model else data.eval, data.num_classes)
+    sampler = summaries.EvalSampler(data.raw_eval if from_saved_model else data.eval, predict,
+                                    config.summaries.max_outputs)
+    result = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes)
     return task_lib.Evaluation(
         dict(result.scalars(), **metrics.chance_top1(result.confusion, data.train_counts)),
-        lambda directory: metrics.write_report(result, directory, data.class_names))
+        lambda directory: metrics.write_report(result, directory, data.class_names),
+        lambda: evaluation_summaries(sampler, result.confusion, data.class_names))
 
   return task_lib.Task(
       name="inception_v4",

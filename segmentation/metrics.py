@@ -52,23 +52,18 @@ def _class_key(class_id, width, class_names):
   return f"{padded}_{class_names[class_id]}" if class_names else f"class_{padded}"
 
 
-def evaluate(predict_fn, dataset, num_classes, ignore_label, keep_examples=0):
-  """One pass over the dataset: (its confusion matrix, the first keep_examples (image, label,
-  predicted class ids) for the report's overlays)."""
+def evaluate(predict_fn, dataset, num_classes, ignore_label):
+  """The confusion matrix of one pass over the dataset (metrics_from_confusion scores it)."""
   confusion = np.zeros([num_classes, num_classes], np.int64)
-  examples = []
   for images, labels in dataset:
-    logits = predict_fn(images)
-    confusion += confusion_matrix(labels, logits, num_classes, ignore_label).numpy()
-    if len(examples) < keep_examples:
-      predictions = tf.argmax(logits, axis=-1).numpy()
-      examples += list(zip(images.numpy(), labels.numpy(), predictions))[:keep_examples - len(examples)]
-  return confusion, examples
+    confusion += confusion_matrix(labels, predict_fn(images), num_classes, ignore_label).numpy()
+  return confusion
 
 
 def write_report(directory, confusion, class_names, examples):
   """per_class_iou.csv, confusion_matrix.csv (rows: true class), confusion_matrix.png and
-  overlay_<i>.png (an evaluation image, its truth and the prediction blended in); returns the paths."""
+  overlay_<i>.png (an evaluation image, its truth and the prediction blended in) of each
+  (image, label, logits) example; returns the paths."""
   os.makedirs(directory, exist_ok=True)
   per_class, matrix, image = (os.path.join(directory, name) for name in (
       "per_class_iou.csv", "confusion_matrix.csv", "confusion_matrix.png"))
@@ -87,10 +82,10 @@ def write_report(directory, confusion, class_names, examples):
       writer.writerow([name, *(int(c) for c in row)])
   plots.save(plots.confusion_matrix_figure(confusion, class_names, "confusion matrix (pixels)"), image)
   paths = [per_class, matrix, image]
-  for i, (pixels, label, prediction) in enumerate(examples):
+  for i, (pixels, label, logits) in enumerate(examples):
     path = os.path.join(directory, f"overlay_{i}.png")
     truth = visualize.overlay_with_legend(pixels, label, class_names)  # ignored pixels: VOC's void colour
-    predicted = visualize.overlay_with_legend(pixels, prediction, class_names)
+    predicted = visualize.overlay_with_legend(pixels, np.argmax(logits, axis=-1), class_names)
     side_by_side = Image.new("RGB", (truth.width + predicted.width + 8, max(truth.height, predicted.height) + 14),
                              "white")
     draw = ImageDraw.Draw(side_by_side)

@@ -4,12 +4,15 @@ Images travel as uint8 from the files to the model, which normalizes them in
 its first layer, so training, evaluation of a checkpoint, evaluation of the
 SavedModel and prediction all take the same input.
 """
+import numpy as np
 import tensorflow as tf
 
 from common import config as config_lib
 from common import data as common_data
 from common import export as export_lib
+from common import plots
 from common import normalization
+from common import summaries
 from common import task as task_lib
 from common.errors import ConfigError
 from segmentation import data as data_lib
@@ -71,6 +74,20 @@ def image_summaries(model, batch):
           "patches/prediction": visualize.colorize(predictions.numpy())}
 
 
+def side_by_side(image, label, logits):
+  """One evaluation image, its true classes and the predicted ones, side by side: [1, H, 3W+8, 3] uint8."""
+  gap = np.full([image.shape[0], 4, 3], 255, np.uint8)
+  return np.concatenate([image, gap, visualize.colorize(label), gap,
+                         visualize.colorize(np.argmax(logits, axis=-1))], axis=1)[None]
+
+
+def evaluation_summaries(examples, confusion, class_names):
+  """The evaluation's TensorBoard images: a few examples and the confusion matrix over all pixels."""
+  images = {f"examples/{i}": side_by_side(*example) for i, example in enumerate(examples)}
+  images["confusion_matrix"] = plots.image(plots.confusion_matrix_figure(confusion, class_names))[None]
+  return images
+
+
 def build_model(config, num_classes):
   return model_lib.build_model(num_classes, tuple(config.model.widths), config.model.weight_decay,
                                config.data.normalization, config.model.sync_batch_norm,
@@ -126,11 +143,13 @@ def make_task(config, workdir):
 
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
-    confusion, examples = metrics.evaluate(predict, data.eval, data.num_classes, cfg.ignore_label,
-                                           keep_examples=REPORT_OVERLAYS)
+    sampler = summaries.EvalSampler(data.eval, predict, max(config.summaries.max_outputs, REPORT_OVERLAYS))
+    confusion = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes, cfg.ignore_label)
+    examples = sampler.examples
     return task_lib.Evaluation(
         metrics.metrics_from_confusion(confusion, data.class_names),
-        lambda directory: metrics.write_report(directory, confusion, class_names, examples))
+        lambda directory: metrics.write_report(directory, confusion, class_names, examples[:REPORT_OVERLAYS]),
+        lambda: evaluation_summaries(examples[:config.summaries.max_outputs], confusion, class_names))
 
   return task_lib.Task(
       name="segmentation",

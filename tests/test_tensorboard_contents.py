@@ -1,0 +1,138 @@
+"""What TensorBoard shows of a segmentation run: training and evaluation images, the confusion matrix,
+the config as text and the HParams, read back from the event files."""
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+from common import summaries
+import helpers
+from inception_finetune import metrics as inception_metrics
+from inception_finetune import task as inception_task
+from segmentation import train
+
+
+def images_of(events, tag):
+  """The decoded PNGs of one image summary's last step, as uint8 arrays."""
+  values = [value for name, plugin, _, value in events if name == tag and plugin == "images"]
+  assert values, tag
+  return [np.asarray(Image.open(io.BytesIO(png))) for png in values[-1].tensor.string_val[2:]]
+
+
+@pytest.fixture(scope="module")
+def segmentation_run(tmp_path_factory):
+  """(runs folder, its one workdir, config, results) of a short segmentation run."""
+  runs = tmp_path_factory.mktemp("runs")
+  # Fewer steps than summaries.images_every: the training images still come, at the evaluation.
+  config = helpers.make_config("segmentation", "smoke", **{
+      "train.num_steps": 10, "summaries.images_every": 1000, "summaries.activation_stats": True})
+  results = train.train_and_evaluate(config, str(runs / "segmentation"))
+  return runs, runs / "segmentation", config, results
+
+
+def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(segmentation_run):
+  _, tmp_path, config, results = segmentation_run
+  max_outputs = config.summaries.max_outputs
+
+  train_events = helpers.read_events(tmp_path / "train")
+  patches = images_of(train_events, "patches/prediction")
+  assert len(patches) == max_outputs and patches[0].shape == (28, 28, 3)
+  assert {"activations/" in tag for tag in helpers.scalar_tags(tmp_path / "train")} == {True, False}
+
+  eval_events = helpers.read_events(tmp_path / "eval")
+  size = config.data.image_size
+  for i in range(max_outputs):  # image, truth and prediction side by side
+    (example,) = images_of(eval_events, f"examples/{i}")
+    assert example.shape == (size, 3 * size + 8, 3)
+    assert len(np.unique(example[:, size + 4:2 * size + 4].reshape(-1, 3), axis=0)) > 1  # several classes
+  assert not [tag for tag, _, _, _ in eval_events if tag == f"examples/{max_outputs}"]
+  (confusion,) = images_of(eval_events, "confusion_matrix")
+  assert confusion.shape == (400, 480, 3) and (confusion < 128).any()  # drawn: text, dark cells
+
+  root_events = helpers.read_events(tmp_path)
+  (text,) = [value for tag, plugin, _, value in root_events if plugin == "text"]
+  assert text.tag == "config"
+  shown = tf.make_ndarray(text.tensor).item().decode()
+  with open(tmp_path / "config.json") as f:
+    assert json.loads("\n".join(line[4:] for line in shown.splitlines())) == json.load(f)
+
+  hparams = {tag: value.metadata.plugin_data.content for tag, plugin, _, value in root_events
+             if plugin == "hparams"}
+  session = hparams_metadata.parse_session_start_info_plugin_data(
+      hparams[hparams_metadata.SESSION_START_INFO_TAG])
+  assert session.hparams["train.num_steps"].number_value == 10
+  assert session.hparams["model.widths"].string_value == "(8, 16, 32)"
+  assert session.hparams["data.source"].string_value == "synthetic"
+  experiment = hparams_metadata.parse_experiment_plugin_data(hparams[hparams_metadata.EXPERIMENT_TAG])
+  metrics = {(info.name.group, info.name.tag) for info in experiment.metric_infos}
+  assert ("eval", "miou") in metrics and ("eval", "pixel_accuracy") in metrics
+  # The plugin shows a metric's last value in the group's run: the final evaluation's.
+  miou = helpers.read_scalars(tmp_path / "eval", "miou")
+  assert miou[max(miou)] == pytest.approx(results["eval"]["miou"], rel=1e-6)  # float32 summaries
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_the_hparams_with_the_final_metrics(segmentation_run):
+  runs, _, _, results = segmentation_run
+  port = helpers.free_port()
+  # The parent of the workdirs, as to compare runs (with the workdir itself as the logdir the plugin
+  # looks for "./eval" and finds no metric values).
+  server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(runs),
+                             "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    url = f"http://127.0.0.1:{port}/data/plugin"
+    assert helpers.wait_for_json(f"{url}/text/tags", lambda tags: tags, 120) == {"segmentation": ["config"]}
+    request = {"experimentName": "", "startIndex": 0, "sliceSize": 10,
+               "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
+               "colParams": [{"metric": {"tag": "miou", "group": "eval"}}, {"hparam": "train.num_steps"}]}
+    post = urllib.request.Request(f"{url}/hparams/session_groups", json.dumps(request).encode(),
+                                  {"Content-Type": "application/json"})
+    deadline = time.time() + 60
+    while True:  # until the server has read eval/ too
+      with urllib.request.urlopen(post, timeout=30) as response:
+        (group,) = json.load(response)["sessionGroups"]
+      if group["metricValues"] or time.time() > deadline:
+        break
+      time.sleep(1)
+    assert [session["name"] for session in group["sessions"]] == ["segmentation"]
+    assert group["hparams"]["train.num_steps"] == 10
+    (miou,) = [m for m in group["metricValues"] if m["name"] == {"group": "eval", "tag": "miou"}]
+    assert (miou["trainingStep"], miou["value"]) == (results["step"], pytest.approx(results["eval"]["miou"]))
+  finally:
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
+  """The sampler keeps the first examples an evaluation scored, with the outputs it scored them by."""
+  images = tf.random.stateless_uniform([5, 20, 24, 3], [1, 2], minval=-1, maxval=1)
+  labels = tf.constant([0, 1, 2, 1, 0])
+  dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(2)
+  calls = []
+
+  def predict(batch):  # class 1 for every image: right for the second and fourth
+    calls.append(len(batch))
+    return tf.one_hot(tf.ones([len(batch)], tf.int32), 3)
+
+  sampler = summaries.EvalSampler(dataset, predict, 3)
+  result = inception_metrics.evaluate(sampler.predict, sampler.batches(), 3)
+  assert calls == [2, 2, 1] and result.top1 == pytest.approx(2 / 5)  # no extra forward pass
+  shown = inception_task.evaluation_summaries(sampler, result.confusion, ["cat", "dog", "owl"])
+  assert sorted(shown) == ["confusion_matrix", "examples/0", "examples/1", "examples/2"]
+  for i, label in enumerate([0, 1, 2]):
+    (example,) = shown[f"examples/{i}"]
+    assert example.dtype == np.uint8 and example.shape[0] == 20 + 2 * 14 + 4  # two caption lines
+    np.testing.assert_array_equal(example[:20, :24], summaries.to_uint8((images[i].numpy() + 1) / 2))
+    red = (example[20:, :, 0] > 200) & (example[20:, :, 1] < 80)  # a wrong prediction's line
+    assert red.any() == (label != 1)
+  assert shown["confusion_matrix"].shape == (1, 400, 480, 3)
