@@ -47,8 +47,11 @@ def confusion_matrix_figure(confusion, class_names, title="confusion matrix"):
   return figure
 
 
-def image(figure):
-  """The figure as a [H, W, 3] uint8 array (a TensorBoard image), and frees it."""
+def image(figure, max_pixels=300_000):
+  """The figure as a [H, W, 3] uint8 array (a TensorBoard image) of at most max_pixels (under the
+  default summaries.max_summary_bytes of 1 MiB), and frees it."""
+  width, height = figure.get_size_inches()
+  figure.set_dpi(min(100.0, (max_pixels / (width * height)) ** 0.5))
   figure.canvas.draw()
   pixels = np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
   plt.close(figure)

@@ -56,7 +56,7 @@ def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(seg
     assert len(np.unique(example[:, size + 4:2 * size + 4].reshape(-1, 3), axis=0)) > 1  # several classes
   assert not [tag for tag, _, _, _ in eval_events if tag == f"examples/{max_outputs}"]
   (confusion,) = images_of(eval_events, "confusion_matrix")
-  assert confusion.shape == (400, 480, 3) and (confusion < 128).any()  # drawn: text, dark cells
+  assert confusion.shape[0] * confusion.shape[1] <= 300_000 and (confusion < 128).any()  # drawn: text, dark cells
 
   root_events = helpers.read_events(tmp_path)
   (text,) = [value for tag, plugin, _, value in root_events if plugin == "text"]
@@ -135,4 +135,4 @@ def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
     np.testing.assert_array_equal(example[:20, :24], summaries.to_uint8((images[i].numpy() + 1) / 2))
     red = (example[20:, :, 0] > 200) & (example[20:, :, 1] < 80)  # a wrong prediction's line
     assert red.any() == (label != 1)
-  assert shown["confusion_matrix"].shape == (1, 400, 480, 3)
+  assert shown["confusion_matrix"].shape[0] == 1 and np.prod(shown["confusion_matrix"].shape[1:3]) <= 300_000
