@@ -154,11 +154,30 @@ def test_evaluate_cli_and_bad_input(tmp_path):
   trained = tmp_path / "trained"
   train.train_and_evaluate(helpers.make_config("triplet", "smoke", **{"train.num_steps": 2}), str(trained))
   os.remove(trained / "eval" / "roc.png")  # the CLI's default place: it must write it again
+  # A run on folders with a non-default model, evaluated by --workdir alone (its own config.json), and
+  # with the evaluation's flags only: no training folder, and a P x K the held-out set could not fill.
+  folders, held_out = tmp_path / "folders", tmp_path / "folders" / "held_out"
+  for i in range(4):
+    write_identity(folders / "training", f"trainee{i}", 2)
+    write_identity(held_out, f"person{i}", 2)
+  pairs = folders / "pairs.txt"
+  pairs.write_text("1\t2\nperson0\t1\t2\nperson1\t1\t2\nperson0\t1\tperson1\t2\nperson2\t1\tperson3\t2\n")
+  on_folders = train.train_and_evaluate(helpers.make_config("triplet", "smoke", **{
+      "train.num_steps": 2, "model.embedding_size": 12, "data.source": "folder",
+      "data.train_dir": str(folders / "training"), "data.eval_dir": str(held_out),
+      "data.pairs_file": str(pairs)}), str(folders / "run"))["eval"]
   evaluations = {
       "checkpoint": start_cli("triplet.evaluate", [f"--workdir={trained}"]),
       "saved_model": start_cli("triplet.evaluate", [f"--workdir={trained}",
                                                     f"--saved_model={trained / 'saved_model'}",
                                                     f"--report_dir={tmp_path / 'report'}"]),
+      "workdir alone": subprocess.Popen(
+          [sys.executable, "-m", "triplet.evaluate", f"--workdir={folders / 'run'}"], cwd=helpers.REPO_ROOT,
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+      "evaluation flags only": start_cli("triplet.evaluate", [
+          f"--workdir={folders / 'run'}", "--config.model.embedding_size=12", "--config.data.source=folder",
+          f"--config.data.eval_dir={held_out}", f"--config.data.pairs_file={pairs}",
+          "--config.data.identities_per_batch=64"]),
   }
   cases = bad_inputs(tmp_path)
   processes = {}
@@ -170,8 +189,11 @@ def test_evaluate_cli_and_bad_input(tmp_path):
   scores = {}
   for source, process in evaluations.items():
     stdout, stderr = process.communicate(timeout=600)
-    assert process.returncode == 0, stderr[-2000:]
+    assert process.returncode == 0, (source, stderr[-2000:])
     scores[source] = json.loads(stdout[stdout.index("{"):])
+  for source in ("workdir alone", "evaluation flags only"):
+    for name in ("recall_at_1", "verification_accuracy"):
+      assert scores[source][name] == pytest.approx(on_folders[name], abs=1e-6), (source, name)
   assert scores["checkpoint"].keys() == scores["saved_model"].keys()
   assert scores["checkpoint"].pop("val_at_far_1e-3").startswith("n/a (needs 1000 ")
   for name, value in scores["checkpoint"].items():

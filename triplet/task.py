@@ -230,7 +230,8 @@ def make_task(config, workdir, for_training=True):
                          build_model=lambda: build_model(config, len(identities) if softmax else 0),
                          make_phases=None, loss_fn=None, make_predict_fn=make_predict_fn, evaluate=evaluate,
                          saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
-                         export=None, describe="", data_report={})
+                         export=None, describe="",
+                         data_report={metrics.VAL_AT_FAR: val_note} if val_note else {})
   return task_lib.Task(
       name="triplet",
       train_dataset=data_lib.make_train_dataset(
