@@ -160,7 +160,8 @@ def help_text(argv):
   """The command's docstring, its own flags (absl's --help lists none of them: they are defined in
   common/, not in the main module) and its config file's presets, one line each."""
   lines = [(sys.modules["__main__"].__doc__ or "").strip(), "", "flags:"]
-  for module, defined in sorted(flags.FLAGS.flags_by_module_dict().items()):
+  # The shared flags (--config, --workdir...) first, then the command's own.
+  for module, defined in sorted(flags.FLAGS.flags_by_module_dict().items(), key=lambda m: m[0] != __name__):
     for flag in defined if not module.startswith(_OTHERS_FLAGS) else ():
       default = f" (default {flag.default_as_str})" if flag.default is not None else ""
       lines.append(f"  --{flag.name}: {flag.help}{default}")

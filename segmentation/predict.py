@@ -4,15 +4,15 @@ the mask blended in above a legend of class names and colours.
 python -m segmentation.predict --workdir=runs/segmentation --output_dir=runs/masks a.jpg b.png
 python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg
 
---workdir reads a training run: its own config.json, and the weights of its best evaluation (best/,
-with train.best_metric) or else of its newest checkpoint; --saved_model reads an export.
+--workdir reads a training run: its own config.json (--config.key=value on top), and the weights of
+its best evaluation (best/, with train.best_metric) or else of its newest checkpoint; --saved_model
+reads an export.
 """
 from common import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
-import json
 import os
 
 from absl import app
@@ -24,21 +24,11 @@ import tensorflow as tf
 
 from common import checkpoints
 from common import cli
-from common import config as config_lib
 from common import workdir as workdir_lib
 from common.errors import CheckpointError
-from configs import segmentation as segmentation_config
 from segmentation import data as data_lib
 from segmentation import task as task_lib
 from segmentation import visualize
-
-_WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir: its best or newest weights.")
-_SAVED_MODEL = flags.DEFINE_string("saved_model", None, "A SavedModel written by segmentation.train.")
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
-MAX_PIXELS = segmentation_config.get_config().data.eval_max_pixels
-_MAX_PIXELS = flags.DEFINE_integer("max_pixels", MAX_PIXELS,
-                                   "Larger images are refused before the model loads: a whole image's "
-                                   "activations grow with its pixels (as data.eval_max_pixels).")
 
 
 def load_saved_model(saved_model):
@@ -53,31 +43,28 @@ def load_saved_model(saved_model):
   return classify
 
 
-def load_workdir(workdir):
+def load_workdir(workdir, config):
   """images -> (class ids, class names) of a run's best weights, else its newest checkpoint."""
-  saved_config = os.path.join(workdir, "config.json")
-  if not os.path.isfile(saved_config):
-    raise CheckpointError(f"{saved_config} does not exist: --workdir must be a segmentation.train "
-                          "run's workdir (or pass --saved_model)")
-  config = segmentation_config.get_config()
-  with open(saved_config) as f:
-    config_lib.apply_saved(config, json.load(f))
   weights = (tf.train.latest_checkpoint(checkpoints.best_dir(workdir))
              or tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)))
   if not weights:
-    raise CheckpointError(f"no checkpoint in {checkpoints.checkpoint_dir(workdir)}; train into --workdir first")
+    raise CheckpointError(f"no checkpoint in {checkpoints.checkpoint_dir(workdir)}; train into --workdir "
+                          "first, or pass --saved_model")
   names = data_lib.class_names(config.data) or tuple(str(c) for c in range(config.data.num_classes))
   model = task_lib.build_model(config, config.data.num_classes)
   checkpoints.restore(tf.train.Checkpoint(model=model), weights, partial=True)
-  logging.info("predicting with %s (config %s)", weights, saved_config)
+  logging.info("predicting with %s", weights)
   multiple = task_lib.pad_multiple(config)
   logits = tf.function(lambda images: task_lib.whole_image_logits(model, images, multiple), reduce_retracing=True)
   return lambda images: (tf.argmax(logits(images), axis=-1, output_type=tf.int32), names)
 
 
-def predict_files(paths, output_dir, *, saved_model=None, workdir=None, max_pixels=MAX_PIXELS):
+def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, max_pixels=None):
   """Writes <name>_mask.png (VOC palette), <name>_classes.png (class ids as grey levels) and
-  <name>_overlay.png (the image, the mask blended in, a legend) per image; returns the mask paths."""
+  <name>_overlay.png (the image, the mask blended in, a legend) per image; returns the mask paths.
+  The model: the SavedModel, else the workdir's weights with config (the run's); max_pixels: larger
+  images are refused, default config.data.eval_max_pixels."""
+  max_pixels = max_pixels or config.data.eval_max_pixels
   if saved_model:
     workdir_lib.check_saved_model(saved_model)
   workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the model loads
@@ -85,7 +72,7 @@ def predict_files(paths, output_dir, *, saved_model=None, workdir=None, max_pixe
     size = data_lib.header_size(path, path)
     if size:
       data_lib.check_eval_size(path, size, max_pixels, setting="--max_pixels")
-  classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir)
+  classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   written = []
   for path in paths:
     image = data_lib.read_image_file(path)
@@ -107,11 +94,20 @@ def predict_files(paths, output_dir, *, saved_model=None, workdir=None, max_pixe
 def main(argv):
   if len(argv) < 2:
     raise app.UsageError("give one or more image files")
-  if bool(_WORKDIR.value) == bool(_SAVED_MODEL.value):
-    raise app.UsageError("give --workdir (a training run) or --saved_model (an export), one of them")
-  predict_files(argv[1:], _OUTPUT_DIR.value, saved_model=_SAVED_MODEL.value, workdir=_WORKDIR.value,
-                max_pixels=_MAX_PIXELS.value)
+  workdir = _WORKDIR.value
+  if not _SAVED_MODEL.value and not os.path.isfile(os.path.join(workdir, "config.json")):
+    raise CheckpointError(f"{workdir} holds no config.json: --workdir must be a segmentation.train run's "
+                          "workdir, or pass --saved_model")
+  predict_files(argv[1:], _OUTPUT_DIR.value, cli.run_config(_CONFIG, workdir), saved_model=_SAVED_MODEL.value,
+                workdir=workdir, max_pixels=_MAX_PIXELS.value)
 
 
 if __name__ == "__main__":
+  _CONFIG, _WORKDIR = cli.define_flags("configs/segmentation.py", "runs/segmentation")
+  _SAVED_MODEL = flags.DEFINE_string("saved_model", None, "A SavedModel written by segmentation.train, "
+                                     "instead of --workdir's weights.")
+  _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
+  _MAX_PIXELS = flags.DEFINE_integer("max_pixels", None, "Larger images are refused before the model "
+                                     "loads (a whole image's activations grow with its pixels); default "
+                                     "the config's data.eval_max_pixels.")
   cli.run(main)

@@ -10,8 +10,11 @@ import pytest
 import tensorflow as tf
 
 from common import cli
+from helpers import make_config
 from helpers import run_python
 from segmentation import predict
+
+CONFIG = make_config("segmentation", "default")  # what predict reads of it: data.eval_max_pixels
 
 
 @pytest.fixture
@@ -85,7 +88,7 @@ def test_bad_predict_paths_are_one_line_each_before_the_saved_model_loads(paths,
            ((paths["saved_model"], paths["file"]), f"cannot write {paths['file']} (File exists); a file stands "
                                                    "where a folder is needed: choose another --output_dir")]
   for (saved_model, output_dir), expected in cases:
-    line = one_error_line(capsys, functools.partial(predict.predict_files, [image], output_dir,
+    line = one_error_line(capsys, functools.partial(predict.predict_files, [image], output_dir, CONFIG,
                                                      saved_model=saved_model))
     assert line.startswith(expected), line
 
@@ -95,7 +98,7 @@ def test_read_only_report_and_output_folders_are_one_line_each(paths, read_only_
   line = one_error_line(capsys, cli.check_evaluation_paths, paths["workdir"], None, f"{read_only}/report")
   assert line == (f"cannot write {read_only}/report ({reason}); it is not writable: make it writable or "
                   "choose another --report_dir"), line
-  line = one_error_line(capsys, functools.partial(predict.predict_files, ["photo.png"], f"{read_only}/masks",
+  line = one_error_line(capsys, functools.partial(predict.predict_files, ["photo.png"], f"{read_only}/masks", CONFIG,
                                                    saved_model=paths["saved_model"]))
   assert line.startswith(f"cannot write {read_only}/masks ({reason}); it is not writable"), line
 
@@ -110,7 +113,7 @@ def write_photo(paths):
 def test_a_photo_over_max_pixels_is_one_line_before_the_saved_model_loads(paths, capsys):
   photo = write_photo(paths)
   # The stand-in SavedModel would not load: the line comes from the photo's header alone.
-  line = one_error_line(capsys, functools.partial(predict.predict_files, [photo], paths["empty"],
+  line = one_error_line(capsys, functools.partial(predict.predict_files, [photo], paths["empty"], CONFIG,
                                                    saved_model=paths["saved_model"], max_pixels=5000))
   assert line == (f"{photo}: 100x60 is 6,000 pixels, more than --max_pixels=5,000, the bound on the memory "
                   "of one whole image; resize it or raise --max_pixels"), line

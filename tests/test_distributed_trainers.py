@@ -89,7 +89,8 @@ def test_two_replicas_follow_one_device_in_every_trainer(tmp_path):
   results = json.loads(lines[0][len("RESULT "):])
   for name, runs in results.items():
     assert len(runs["one"]) == CASES[name][2]["train.num_steps"], (name, runs)
-    np.testing.assert_allclose(runs["two"], runs["one"], rtol=1e-5, err_msg=name)
+    # Sums in another order: up to ~1e-4 apart after four steps on the textured synthetic scenes.
+    np.testing.assert_allclose(runs["two"], runs["one"], rtol=3e-4, err_msg=name)
   # The comparison can fail: mining within each replica's half is another loss from the first step.
   per_replica = results["triplet"]["two_per_replica_mining"]
   assert abs(per_replica[0] - results["triplet"]["one"][0]) > 1e-3, per_replica
