@@ -17,11 +17,16 @@ import tempfile
 from common import signals
 
 LEVEL = "2"  # C++ INFO and WARNING lines off, errors (a failed CUDA library load) on
-# TensorFlow's C++ INFO and WARNING lines, in absl's format and in TSL's older one.
-_CPP_INFO_OR_WARNING = re.compile(
-    r"([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] "
-    r"|WARNING: All log messages before absl::InitializeLog\(\)|To enable the following instructions)")
-_CPP_ERROR = re.compile(r"(E\d{4} [\d:.]+ +\d+ \S+:\d+\]|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: E )")
+
+
+def _cpp_line(levels):
+  """TensorFlow's C++ log lines of these levels ("IW", "E"), in absl's format and in TSL's older one."""
+  return re.compile(rf"([{levels}]\d{{4}} [\d:.]+ +\d+ \S+:\d+\]|\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [{levels}] )")
+
+
+_CPP_INFO_OR_WARNING = re.compile(_cpp_line("IW").pattern + r"|WARNING: All log messages before "
+                                  r"absl::InitializeLog\(\)|To enable the following instructions")
+_CPP_ERROR = _cpp_line("E")
 
 
 def start():

@@ -30,9 +30,8 @@ def metrics_from_confusion(confusion, class_names=None):
   """
   confusion = np.asarray(confusion, np.float64)
   true_positive = np.diag(confusion)
-  union = confusion.sum(0) + confusion.sum(1) - true_positive
-  present = union > 0
-  iou = np.where(present, true_positive / np.maximum(union, 1), np.nan)
+  iou = class_iou(confusion)
+  present = ~np.isnan(iou)
   label_counts = confusion.sum(1)
   total = max(confusion.sum(), 1)
   # All pixels predicted as the majority class: its IoU is its share, every other labelled class 0.
@@ -45,6 +44,13 @@ def metrics_from_confusion(confusion, class_names=None):
   results.update({f"iou/{_class_key(c, width, class_names)}": float(v)
                   for c, v in enumerate(iou) if present[c]})
   return results
+
+
+def class_iou(confusion):
+  """Each class's IoU, NaN for a class in neither labels nor predictions."""
+  true_positive = np.diag(confusion).astype(np.float64)
+  union = confusion.sum(0) + confusion.sum(1) - true_positive
+  return np.where(union > 0, true_positive / np.maximum(union, 1), np.nan)
 
 
 def _class_key(class_id, width, class_names):
@@ -67,14 +73,13 @@ def write_report(directory, confusion, class_names, examples):
   os.makedirs(directory, exist_ok=True)
   per_class, matrix, image = (os.path.join(directory, name) for name in (
       "per_class_iou.csv", "confusion_matrix.csv", "confusion_matrix.png"))
-  true_positive = np.diag(confusion)
-  union = confusion.sum(0) + confusion.sum(1) - true_positive
+  iou = class_iou(confusion)
   with open(per_class, "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow(["id", "name", "label_pixels", "predicted_pixels", "iou"])
     for c, name in enumerate(class_names):
       writer.writerow([c, name, int(confusion[c].sum()), int(confusion[:, c].sum()),
-                       f"{true_positive[c] / union[c]:.6f}" if union[c] else ""])
+                       "" if np.isnan(iou[c]) else f"{iou[c]:.6f}"])
   with open(matrix, "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow(["true \\ predicted", *class_names])
