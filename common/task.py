@@ -1,9 +1,11 @@
 """The contract between a trainer and the shared machinery.
 
-Each trainer's `task.py` has `make_task(config, workdir) -> Task`, which checks
-the config, builds the datasets and returns everything below. The training
-loop, the evaluation CLI, the exporter and the benchmark use a trainer only
-through its Task, so a trainer folder plus `common/` is a complete template.
+Each trainer's `task.py` has `make_task(config, workdir, for_training=True) -> Task`,
+which checks the config, builds the datasets and returns everything below. The
+training loop, the evaluation CLI, the exporter and the benchmark use a trainer
+only through its Task, so a trainer folder plus `common/` is a complete template.
+An evaluation's Task (for_training=False) reads only what evaluation uses: it
+has no training dataset, and the fields that only training uses may be None.
 """
 import dataclasses
 import os
@@ -54,7 +56,7 @@ class Task:
 
   Attributes:
     name: the trainer's name.
-    train_dataset: endless (inputs, targets) batches of train.batch_size.
+    train_dataset: endless (inputs, targets) batches of train.batch_size (None for an evaluation).
     eval_dataset: what make_predict_fn's function takes, in batches: (inputs, targets) or inputs.
     build_model: builds the training model (call inside the strategy scope, after the precision
       policy is set).

@@ -57,14 +57,14 @@ class SegmentationData:
   """What a trainer needs from the data.
 
   Attributes:
-    train: endless dataset of (uint8 [B, p, p, 3], int32 [B, p, p]).
+    train: endless dataset of (uint8 [B, p, p, 3], int32 [B, p, p]); None for an evaluation.
     eval: one pass of (uint8 [B, H, W, 3], int32 [B, H, W]), padded with the ignore label.
     num_classes: classes, without the ignore label.
     class_names: a name per class, or None.
     ignore_label: label of pixels that count in no loss or metric.
     num_eval_images: images in one pass of `eval`.
     train_files: (image path, mask path) of every training image, or None (TFRecords, .npy).
-    num_train_images: images (or records) the training pipeline draws from.
+    num_train_images: images (or records) the training pipeline draws from; 0 for an evaluation.
     data_report: what the checks skipped (common/data.skip_report), for metrics.json.
   """
   train: tf.data.Dataset
@@ -89,7 +89,7 @@ PairInfo = collections.namedtuple("PairInfo", ["image_format", "height", "width"
                                                "class_ids"])
 
 
-def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None):
+def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None, for_training=True):
   """Builds the train and eval pipelines of the configured source.
 
   Args:
@@ -98,21 +98,26 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None):
     seed: seeds the synthetic scenes, shuffles and crops.
     pad_multiple: eval images are padded to a multiple of this (the model's total stride).
     workdir: where synthetic scenes are cached when data_cfg.cache_dir is empty.
+    for_training: False for an evaluation, which lists and checks the evaluation files only (the
+      training files are listed, not checked, where the evaluation set is a hash split of them).
 
   Returns:
     SegmentationData.
   """
   _check_config(data_cfg)
-  (train_source, eval_source), train_files = _make_sources(data_cfg, seed, workdir)
-  train = _make_train(train_source, data_cfg, batch_size, seed)
+  (train_source, eval_source), train_files = _make_sources(data_cfg, seed, workdir, for_training)
+  train = _make_train(train_source, data_cfg, batch_size, seed) if for_training else None
   eval_batch_size = data_cfg.eval_batch_size if eval_source.image_size else 1
   evaluation = _make_eval(eval_source, data_cfg.ignore_label, pad_multiple, eval_batch_size)
-  logging.info("segmentation data: %s, %s train images, %s eval images, %d classes", data_cfg.source,
-               f"{train_source.size:,}", f"{eval_source.size:,}", data_cfg.num_classes)
-  report = common_data.skip_report({"train": list(train_source.skipped), "eval": list(eval_source.skipped)})
+  logging.info("segmentation data: %s, %s eval images, %d classes", data_cfg.source,
+               (f"{train_source.size:,} train images, " if for_training else "") + f"{eval_source.size:,}",
+               data_cfg.num_classes)
+  report = common_data.skip_report({"train": list(train_source.skipped) if for_training else [],
+                                    "eval": list(eval_source.skipped)})
   return SegmentationData(train=train, eval=evaluation, num_classes=data_cfg.num_classes,
                           class_names=class_names(data_cfg), ignore_label=data_cfg.ignore_label,
-                          num_eval_images=eval_source.size, num_train_images=train_source.size,
+                          num_eval_images=eval_source.size,
+                          num_train_images=train_source.size if for_training else 0,
                           train_files=train_files, data_report=report)
 
 
@@ -158,24 +163,29 @@ def read_class_names(path, num_classes):
   return names
 
 
-def _make_sources(cfg, seed, workdir):
-  """((train source, eval source), the training (image, mask) files or None) of the configured kind."""
+def _make_sources(cfg, seed, workdir, for_training):
+  """((train source, eval source), the training (image, mask) files or None) of the configured kind;
+  for an evaluation (for_training=False), (None, eval source) and None."""
   if cfg.source == "tfrecord":
-    train_pattern = common_data.required(cfg, "train_pattern")
+    train_pattern = common_data.required(cfg, "train_pattern") if for_training else None
     eval_pattern = common_data.required(cfg, "eval_pattern")
     _check_tfrecord_eval_sizes(eval_pattern, cfg.eval_max_pixels)  # before the check decodes them
-    return (_tfrecord_source(train_pattern, cfg), _tfrecord_source(eval_pattern, cfg)), None
+    return ((_tfrecord_source(train_pattern, cfg) if for_training else None),
+            _tfrecord_source(eval_pattern, cfg)), None
   if cfg.source == "npy":
-    return _npy_sources(cfg), None
-  splits = _checked_splits(cfg, seed, workdir)
-  return tuple(_pairs_source(*split) for split in splits), splits[0][0]
+    return _npy_sources(cfg, for_training), None
+  train, evaluation = _checked_splits(cfg, seed, workdir, for_training)
+  if not for_training:
+    return (None, _pairs_source(*evaluation)), None
+  return (_pairs_source(*train), _pairs_source(*evaluation)), train[0]
 
 
 # Sources of image and mask files: synthetic scenes, folders, Pascal VOC.
 
 
-def _checked_splits(cfg, seed, workdir):
-  """[(train pairs, infos, skipped names), (eval pairs, infos, skipped names)], every file checked."""
+def _checked_splits(cfg, seed, workdir, for_training):
+  """[(train pairs, infos, skipped names), (eval pairs, infos, skipped names)], every file checked;
+  the first is None for an evaluation."""
   if cfg.source == "synthetic":
     cache_dir = common_data.synthetic_cache_dir(cfg, workdir)
     if not 2 <= cfg.num_classes <= len(synthetic.CLASS_NAMES):
@@ -190,11 +200,11 @@ def _checked_splits(cfg, seed, workdir):
     root = common_data.required(cfg, "voc_root")
     images_dir, masks_dir, train_file = voc_paths(root, cfg.train_split or VOC_SPLITS[0])
     eval_file = voc_paths(root, cfg.eval_split or VOC_SPLITS[1])[2]
-    splits = split_file_pairs(images_dir, masks_dir, train_file, eval_file, cfg.duplicates)
+    splits = _split_file_pairs(images_dir, masks_dir, train_file, eval_file, cfg.duplicates, for_training)
   else:
-    splits = _folder_splits(cfg)
+    splits = _folder_splits(cfg, for_training)
   checked = [_checked_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files)
-             for pairs in splits]
+             if for_training or split == 1 else None for split, pairs in enumerate(splits)]
   for (image_path, _), info in zip(*checked[1][:2]):
     check_eval_size(image_path, (info.height, info.width), cfg.eval_max_pixels)
   return checked
@@ -225,12 +235,13 @@ def header_size(where, image):
     return None
 
 
-def _folder_splits(cfg):
+def _folder_splits(cfg, for_training):
   images_dir, masks_dir = common_data.required(cfg, "images_dir"), common_data.required(cfg, "masks_dir")
   if bool(cfg.train_split) != bool(cfg.eval_split):
     raise ConfigError("set both data.train_split and data.eval_split (files of image ids), or neither")
   if cfg.train_split:
-    return split_file_pairs(images_dir, masks_dir, cfg.train_split, cfg.eval_split, cfg.duplicates)
+    return _split_file_pairs(images_dir, masks_dir, cfg.train_split, cfg.eval_split, cfg.duplicates,
+                             for_training)
   pairs = list_folder_pairs(images_dir, masks_dir)
   if len(pairs) < 2:
     raise DataError(f"{pairs[0][0]}: one image cannot be split into train and eval; "
@@ -253,6 +264,13 @@ def read_split_file(path, duplicates="error"):
   if not entries:
     raise DataError(f"{path}: split file lists no image ids")
   return {image_id: n for image_id, _, n in common_data.first_entries(entries, path, "image id", duplicates)}
+
+
+def _split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates, for_training):
+  """split_file_pairs; for an evaluation, [None, the eval file's pairs] (the train file unread)."""
+  if for_training:
+    return split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates)
+  return [None, list_folder_pairs(images_dir, masks_dir, eval_file, duplicates)]
 
 
 def split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates="error"):
@@ -484,19 +502,21 @@ def _tfrecord_source(pattern, cfg):
 # .npy arrays of patches [N, h, w, 3] and labels [N, h, w].
 
 
-def _npy_sources(cfg):
-  train_images, train_labels = _check_npy_pair(cfg, "train")
+def _npy_sources(cfg, for_training):
+  """(train source, eval source); the first is None for an evaluation."""
   if bool(cfg.eval_images) != bool(cfg.eval_labels):
     raise ConfigError("set both data.eval_images and data.eval_labels, or neither")
+  train = _check_npy_pair(cfg, "train") if for_training or not cfg.eval_images else None
   if cfg.eval_images:
     eval_images, eval_labels = _check_npy_pair(cfg, "eval")
-    return (_npy_source(train_images, train_labels, cfg.npy_pixel_max, 0, train_images.shape[0]),
-            _npy_source(eval_images, eval_labels, cfg.npy_pixel_max, 0, eval_images.shape[0]))
-  # Without eval arrays the last eval_fraction of the train records is held out.
-  total = train_images.shape[0]
-  num_train = total - min(max(int(round(total * cfg.eval_fraction)), 1), total - 1)
-  return (_npy_source(train_images, train_labels, cfg.npy_pixel_max, 0, num_train),
-          _npy_source(train_images, train_labels, cfg.npy_pixel_max, num_train, total))
+    evaluation = _npy_source(eval_images, eval_labels, cfg.npy_pixel_max, 0, eval_images.shape[0])
+    num_train = train[0].shape[0] if train else 0
+  else:
+    # Without eval arrays the last eval_fraction of the train records is held out.
+    total = train[0].shape[0]
+    num_train = total - min(max(int(round(total * cfg.eval_fraction)), 1), total - 1)
+    evaluation = _npy_source(*train, cfg.npy_pixel_max, num_train, total)
+  return (_npy_source(*train, cfg.npy_pixel_max, 0, num_train) if for_training else None), evaluation
 
 
 def _check_npy_pair(cfg, split):

@@ -132,12 +132,16 @@ def input_fingerprint(config, data):
           "train files": common_data.files_fingerprint(files), "train images": data.num_train_images}
 
 
-def make_task(config, workdir):
-  """Checks the config, builds the datasets (synthetic scenes are cached in workdir) -> Task."""
+def make_task(config, workdir, for_training=True):
+  """Checks the config, builds the datasets (synthetic scenes are cached in workdir) -> Task.
+
+  An evaluation (for_training=False) lists and checks only the evaluation files, and its Task has no
+  training dataset.
+  """
   validate_config(config)
   cfg = config.data
   multiple = pad_multiple(config)
-  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, multiple, workdir)
+  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, multiple, workdir, for_training)
 
   class_names = data.class_names or tuple(str(c) for c in range(data.num_classes))  # ids, without names
 
@@ -166,5 +170,5 @@ def make_task(config, workdir):
       describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
       image_summaries_fn=image_summaries,
       train_files=data.train_files,
-      input_fingerprint=input_fingerprint(config, data),
+      input_fingerprint=input_fingerprint(config, data) if for_training else {},
       data_report=data.data_report)

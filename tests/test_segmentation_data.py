@@ -637,3 +637,67 @@ def test_duplicates_warn_keeps_the_first_with_a_warning(tmp_path, caplog):
   cfg.duplicates = "maybe"
   with pytest.raises(ConfigError, match="data.duplicates='maybe' is not one of error, warn"):
     seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+
+
+def eval_batches(data):
+  return [(images.numpy(), labels.numpy()) for images, labels in data.eval]
+
+
+def test_an_evaluation_reads_the_evaluation_files_only(tmp_path):
+  """for_training=False gives the same evaluation pipeline with the training files gone (or, where the
+  evaluation set is a hash split of one folder, with a training image corrupt: listed, never decoded)."""
+  folder = tmp_path / "folder"
+  images_dir, masks_dir, _ = write_folder(folder, [(12, 16)] * 5)
+  train_split, eval_split = write_split_files(folder, ["img000", "img001", "img002"], ["img003", "img004"])
+  helpers.write_voc(tmp_path / "voc")
+  records = tmp_path / "records"
+  records.mkdir()
+  eval_pattern = write_records(records, 3)
+  npy = {split: tmp_path / split for split in ("train", "eval")}
+  for root in npy.values():
+    root.mkdir()
+  (train_images, train_labels), (eval_images, eval_labels) = (write_npy(npy[s], 6) for s in ("train", "eval"))
+  cases = {  # name: (config, the training files an evaluation does without)
+      "folder with split files": (dict(source="folder", images_dir=images_dir, masks_dir=masks_dir,
+                                       train_split=train_split, eval_split=eval_split),
+                                  [train_split] + [f"{d}/img00{i}.png" for d in (images_dir, masks_dir)
+                                                   for i in range(3)]),
+      "voc": (dict(source="voc", voc_root=str(tmp_path / "voc"), num_classes=21),
+              [str(tmp_path / "voc/ImageSets/Segmentation/train.txt")] +
+              [str(tmp_path / f"voc/JPEGImages/2007_00000{i}.jpg") for i in range(3)]),
+      # Trained on the same shards; the evaluation is given a training pattern that matches nothing.
+      "tfrecord": (dict(source="tfrecord", train_pattern=eval_pattern, eval_pattern=eval_pattern), []),
+      "npy with evaluation arrays": (dict(source="npy", train_images=train_images, train_labels=train_labels,
+                                          eval_images=eval_images, eval_labels=eval_labels),
+                                     [train_images, train_labels]),
+  }
+  built = {name: eval_batches(seg_data.make_datasets(make_cfg(**cfg), 4, 0, 4)) for name, (cfg, _) in cases.items()}
+  cases["tfrecord"][0]["train_pattern"] = str(tmp_path / "nowhere-*")
+  for name, (cfg, train_files) in cases.items():
+    for path in train_files:
+      os.remove(path)
+    data = seg_data.make_datasets(make_cfg(**cfg), 4, 0, 4, for_training=False)
+    assert data.train is None and data.num_train_images == 0, name
+    batches = eval_batches(data)
+    assert sum(len(images) for images, _ in batches) == data.num_eval_images >= 1, name
+    for (images, labels), (want_images, want_labels) in zip(batches, built[name], strict=True):
+      np.testing.assert_array_equal(images, want_images, err_msg=name)
+      np.testing.assert_array_equal(labels, want_labels, err_msg=name)
+
+  # One folder split by hash: the training images are listed (the split needs them), not checked.
+  hashed = tmp_path / "hashed"
+  images_dir, masks_dir, _ = write_folder(hashed, [(12, 16)] * 8)
+  cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, eval_fraction=0.25)
+  data = seg_data.make_datasets(cfg, 4, 0, 4)
+  want = eval_batches(data)
+  eval_names = {os.path.basename(p) for p, _ in common_data.split_by_hash(
+      seg_data.list_folder_pairs(images_dir, masks_dir), 0.25, path_fn=lambda pair: pair[0])[1]}
+  train_image = next(p for p in sorted(os.listdir(images_dir)) if p not in eval_names)
+  truncate(hashed / "images" / train_image)
+  with pytest.raises(DataError, match=train_image):
+    seg_data.make_datasets(cfg, 4, 0, 4)
+  got = eval_batches(seg_data.make_datasets(cfg, 4, 0, 4, for_training=False))
+  assert len(got) == len(want) >= 1
+  for (images, labels), (want_images, want_labels) in zip(got, want):
+    np.testing.assert_array_equal(images, want_images)
+    np.testing.assert_array_equal(labels, want_labels)

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from common import task as common_task
+import helpers
 from helpers import REPO_ROOT
 from helpers import free_port
 from helpers import make_config
@@ -96,6 +97,26 @@ def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_
                    "tf.uint8))['class_names'].numpy()])", str(tmp_path / "saved_model")])
   assert names.stdout.split() == list(synthetic.CLASS_NAMES[:config.data.num_classes]), names.stderr[-2000:]
   assert (tmp_path / "saved_model" / "assets" / "class_names.txt").read_text().split() == names.stdout.split()
+
+
+def test_evaluate_workdir_alone_needs_only_the_evaluation_files(tmp_path, run_cli):
+  """A VOC run with a non-default model, evaluated by --workdir alone once its training images and
+  split file are gone: its own config, the same mIoU, and nothing written but the report."""
+  voc = tmp_path / "voc"
+  helpers.write_voc(voc, num_images=4, size=(24, 32))
+  workdir = tmp_path / "run"
+  results = train.train_and_evaluate(smoke_config(**{
+      "data.source": "voc", "data.voc_root": str(voc), "data.num_classes": 21, "model.widths": (8, 16),
+      "train.num_steps": 2}), str(workdir))
+  for image_id in (voc / "ImageSets/Segmentation/train.txt").read_text().split():
+    os.remove(voc / "JPEGImages" / f"{image_id}.jpg")
+  os.remove(voc / "ImageSets/Segmentation/train.txt")
+  before = {path: os.path.getmtime(path) for path in workdir.rglob("*") if "eval" not in path.parts}
+  evaluated = run_cli(["-m", "segmentation.evaluate", f"--workdir={workdir}"])
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert json.loads(evaluated.stdout)["miou"] == results["eval"]["miou"]
+  assert {path: os.path.getmtime(path) for path in workdir.rglob("*") if "eval" not in path.parts} == before
+  assert (workdir / "eval" / "per_class_iou.csv").is_file()
 
 
 def test_chance_baseline_is_the_majority_class_everywhere():
