@@ -7,7 +7,7 @@ Each worker gets a free port on 127.0.0.1 and the TF_CONFIG of its index, so
 that the trainer's `distribution.strategy=auto` picks MultiWorkerMirroredStrategy
 (worker 0 is the chief, the one that writes the workdir). Their output is
 streamed line by line with a `[worker i]` prefix. When a worker fails, the others
-are stopped (SIGTERM, then SIGKILL after --stop_timeout_s: a worker whose peer
+are stopped (SIGTERM, then killed after --stop_timeout_s: a worker whose peer
 died can be blocked in a collective); Ctrl-C or SIGTERM is passed on to every
 worker the same way. The exit code is the first failing worker's (128 + N for a
 worker ended by signal N), 0 when all succeed. A leading `python` in the command
@@ -85,8 +85,15 @@ class Workers:
         with contextlib.suppress(ProcessLookupError):
           os.kill(process.pid, signum)
 
+  def kill_all(self):
+    """Popen.kill: SIGKILL on POSIX, TerminateProcess on Windows (which has no SIGKILL)."""
+    for process in self.processes:
+      if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+          process.kill()
+
   def stop(self, signum=signal.SIGTERM):
-    """Sends signum to the running workers, then SIGKILL to those still running after the timeout."""
+    """Sends signum to the running workers, then kills those still running after the timeout."""
     self.signal_all(signum)
     deadline = time.monotonic() + self.stop_timeout_s
     while time.monotonic() < deadline and any(p.poll() is None for p in self.processes):
@@ -94,7 +101,7 @@ class Workers:
     if any(p.poll() is None for p in self.processes):
       self.say(f"workers still running {self.stop_timeout_s:g} s after {signal.Signals(signum).name}: "
                 "killing them")
-      self.signal_all(signal.SIGKILL)
+      self.kill_all()
     for process in self.processes:
       process.wait()
 
@@ -142,7 +149,7 @@ def main(argv):
     received.append(signum)
     if len(received) > 1:  # a second Ctrl-C: no more waiting
       workers.say("second signal: killing the workers")
-      workers.signal_all(signal.SIGKILL)
+      workers.kill_all()
       return
     workers.say(f"received {signal.Signals(signum).name}: passing it on to the workers")
     workers.stop(signum)

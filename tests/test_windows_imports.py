@@ -1,12 +1,15 @@
 """Windows has no fcntl: a trainer runs with it hidden, and its workdir lock still refuses a second run
-and takes over one left by a killed run."""
+and takes over one left by a killed run. Nor has it SIGKILL: the launcher kills workers through Popen.kill."""
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
+
+from scripts import launch_workers
 
 from tests.helpers import REPO_ROOT
 from tests.helpers import run_python
@@ -63,3 +66,16 @@ def test_smoke_run_without_fcntl_trains_exports_and_keeps_the_lock(tmp_path):
   assert last == (f"error: {workdir} is in use by another run (pid {first.pid} on {socket.gethostname()}); "
                   f"wait for it to end or stop it, or choose another --workdir; if that run is gone, delete "
                   f"{workdir / 'LOCK'}"), last
+
+
+def test_the_launcher_kills_a_worker_that_ignores_sigterm(tmp_path):
+  """Through Popen.kill, which Windows has too (TerminateProcess): not os.kill(pid, signal.SIGKILL)."""
+  ready = tmp_path / "ready"
+  ignores_sigterm = ["python", "-c", "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, "
+                     "signal.SIG_IGN); pathlib.Path(sys.argv[1]).touch(); time.sleep(120)", str(ready)]
+  workers = launch_workers.Workers(ignores_sigterm, 1, stop_timeout_s=1)
+  deadline = time.monotonic() + 60
+  while not ready.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+  workers.stop()  # SIGTERM, ignored; killed after the timeout
+  assert workers.processes[0].returncode == -signal.SIGKILL  # killed, not ended by the SIGTERM
