@@ -3,6 +3,9 @@
 matplotlib because its axes, colour bars, log scales and text placement are what a hand-drawn
 PIL image got wrong or lacked (counts, a colour scale, a readable false-accept axis).
 """
+import csv
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: files only, no window (and no display needed on a server)
@@ -63,6 +66,19 @@ def save(figure, path):
   figure.savefig(path, dpi=100)
   plt.close(figure)
   return path
+
+
+def write_confusion_matrix(directory, confusion, class_names, title="confusion matrix"):
+  """confusion_matrix.csv (rows: true class, columns: predicted, counts) and its figure,
+  confusion_matrix.png, in directory; returns their paths."""
+  path = os.path.join(directory, "confusion_matrix.csv")
+  with open(path, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["true \\ predicted", *class_names])
+    for name, row in zip(class_names, confusion):
+      writer.writerow([name, *(int(c) for c in row)])
+  figure = confusion_matrix_figure(confusion, class_names, title)
+  return [path, save(figure, os.path.join(directory, "confusion_matrix.png"))]
 
 
 def roc_figure(curves, far_mark=None, title="ROC: verification pairs"):

@@ -71,8 +71,7 @@ def write_report(directory, confusion, class_names, examples):
   overlay_<i>.png (an evaluation image, its truth and the prediction blended in) of each
   (image, label, logits) example; returns the paths."""
   os.makedirs(directory, exist_ok=True)
-  per_class, matrix, image = (os.path.join(directory, name) for name in (
-      "per_class_iou.csv", "confusion_matrix.csv", "confusion_matrix.png"))
+  per_class = os.path.join(directory, "per_class_iou.csv")
   iou = class_iou(confusion)
   with open(per_class, "w", newline="") as f:
     writer = csv.writer(f)
@@ -80,13 +79,7 @@ def write_report(directory, confusion, class_names, examples):
     for c, name in enumerate(class_names):
       writer.writerow([c, name, int(confusion[c].sum()), int(confusion[:, c].sum()),
                        "" if np.isnan(iou[c]) else f"{iou[c]:.6f}"])
-  with open(matrix, "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["true \\ predicted", *class_names])
-    for name, row in zip(class_names, confusion):
-      writer.writerow([name, *(int(c) for c in row)])
-  plots.save(plots.confusion_matrix_figure(confusion, class_names, "confusion matrix (pixels)"), image)
-  paths = [per_class, matrix, image]
+  paths = [per_class, *plots.write_confusion_matrix(directory, confusion, class_names, "confusion matrix (pixels)")]
   for i, (pixels, label, logits) in enumerate(examples):
     path = os.path.join(directory, f"overlay_{i}.png")
     truth = visualize.overlay_with_legend(pixels, label, class_names)  # ignored pixels: VOC's void colour
