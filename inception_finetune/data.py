@@ -55,12 +55,13 @@ class ClassificationData:
   """What the trainer needs from the data.
 
   Attributes:
-    train: endless dataset of (float32 [B, S, S, 3] in [-1, 1], int32 [B]).
+    train: endless dataset of (float32 [B, S, S, 3] in [-1, 1], int32 [B]); None for an evaluation.
     eval: one pass of (float32 images [B, S, S, 3], int32 [B]).
     raw_eval: one pass of (uint8 images [1, H, W, 3] as decoded, int32 [1]), in eval's order.
     num_classes: number of classes; ids are 0..num_classes-1.
     class_names: a name per class id.
-    train_counts: training images per class (int64 [num_classes]).
+    train_counts: training images per class (int64 [num_classes]); for an evaluation, the run's
+      (its class_balance.csv), or None.
     num_eval: images in one pass of `eval`.
     new_train: () -> a new pipeline equal to `train`, from its first batch (a second iterator of
       `train` itself would draw another shuffle).
@@ -88,7 +89,7 @@ class ClassificationData:
 _Source = collections.namedtuple("_Source", ["read", "counts", "skipped", "files"])
 
 
-def make_datasets(data_cfg, batch_size, seed, workdir=None):
+def make_datasets(data_cfg, batch_size, seed, workdir=None, for_training=True):
   """Builds the train and eval pipelines of the configured source, checking its files once.
 
   Args:
@@ -96,8 +97,11 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
     batch_size: training images per batch.
     seed: seeds synthetic images, shuffles, oversampling and distortions.
     workdir: where synthetic images go.
+    for_training: False for an evaluation of the run in workdir (_evaluation_data).
   """
   _check_config(data_cfg)
+  if not for_training:
+    return _evaluation_data(data_cfg, batch_size, seed, workdir)
   class_names, train_source, eval_source = _make_sources(data_cfg, seed, workdir)
   num_classes = len(class_names)
   report = class_balance_report(train_source.counts, class_names, data_cfg.min_class_count)
@@ -121,6 +125,46 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None):
                             new_train=lambda: _make_train(train_source, data_cfg, batch_size, seed))
 
 
+def _evaluation_data(cfg, batch_size, seed, workdir):
+  """The evaluation's ClassificationData: only the evaluation images are checked. The class names
+  and training counts are the run's (its labels.txt and class_balance.csv); with class folders and
+  data.eval_dir, data.train_dir is not read. new_train() reads the training data only when called:
+  the BatchNorm calibration of a checkpoint's layers trained from random weights needs it."""
+  run_names, run_counts = read_run_classes(workdir)
+  class_names, _, eval_source = _make_sources(cfg, seed, workdir, for_training=False, run_names=run_names)
+  if run_names is not None and list(class_names) != list(run_names):
+    raise DataError(f"the data's {len(class_names)} classes ({', '.join(class_names[:3])}, ...) are not "
+                    f"those of {os.path.join(workdir, LABELS_FILENAME)}, which the run was trained on")
+  training = []
+
+  def new_train():
+    if not training:
+      logging.info("reading the training data: the BatchNorm layers trained from random weights are "
+                   "calibrated on training images, as in training")
+      training.append(make_datasets(cfg, batch_size, seed, workdir))
+    return training[0].new_train()
+
+  logging.info("classification data: %s, %d eval images, %d classes", cfg.source, eval_source.counts.sum(),
+               len(class_names))
+  return ClassificationData(train=None, eval=_make_eval(eval_source, cfg, False),
+                            raw_eval=_make_eval(eval_source, cfg, True), num_classes=len(class_names),
+                            class_names=tuple(class_names), train_counts=run_counts,
+                            num_eval=int(eval_source.counts.sum()), new_train=new_train,
+                            data_report=common_data.skip_report({"eval": eval_source.skipped}))
+
+
+def read_run_classes(workdir):
+  """(class names, training images per class) of the run in workdir, from its labels.txt and
+  class_balance.csv; None for a file the workdir does not have."""
+  labels, balance = (os.path.join(workdir or "", name) for name in (LABELS_FILENAME, CLASS_BALANCE_FILENAME))
+  names = read_labels_file(labels) if workdir and os.path.isfile(labels) else None
+  counts = None
+  if workdir and os.path.isfile(balance):
+    with open(balance, newline="") as f:
+      counts = np.array([int(row["train_images"]) for row in csv.DictReader(f)], np.int64)
+  return names, counts
+
+
 def _check_config(cfg):
   if cfg.source not in SOURCES:
     raise ConfigError(f"data.source '{cfg.source}' is unknown; choose one of {', '.join(SOURCES)}")
@@ -138,18 +182,21 @@ def _check_config(cfg):
   common_data.duplicates_mode(cfg)
 
 
-def _make_sources(cfg, seed, workdir):
-  """(class names, train source, eval source) of the configured kind."""
+def _make_sources(cfg, seed, workdir, for_training=True, run_names=None):
+  """(class names, train source, eval source) of the configured kind; for an evaluation
+  (for_training=False) the train source is None, and run_names are the run's class names or None."""
   if cfg.source == "tfrecord":
-    return _tfrecord_sources(cfg)
+    return _tfrecord_sources(cfg, for_training)
   if cfg.source == "csv":
-    return _csv_sources(cfg)
+    return _csv_sources(cfg, for_training)
   if cfg.source == "synthetic":
     train_dir, eval_dir = write_synthetic_classes(
         common_data.synthetic_cache_dir(cfg, workdir), seed, cfg.num_classes,
         cfg.synthetic_images_per_class, cfg.synthetic_image_size)
-    return _folder_sources(train_dir, eval_dir, cfg)
-  return _folder_sources(common_data.required(cfg, "train_dir"), cfg.eval_dir, cfg)
+    return _folder_sources(train_dir, eval_dir, cfg, for_training)
+  if cfg.eval_dir and run_names is not None:  # an evaluation: the class folders are the run's
+    return _eval_folder_source(cfg.eval_dir, run_names, cfg)
+  return _folder_sources(common_data.required(cfg, "train_dir"), cfg.eval_dir, cfg, for_training)
 
 
 # Labels files and the class-balance report.
@@ -225,7 +272,16 @@ def list_class_folders(root):
   return names, examples
 
 
-def _folder_sources(train_dir, eval_dir, cfg):
+def _eval_folder_source(eval_dir, class_names, cfg):
+  """(class names, None, eval source) of an evaluation folder whose class folders must be class_names."""
+  eval_names, examples = list_class_folders(eval_dir)
+  if eval_names != list(class_names):
+    extra = sorted(set(eval_names) ^ set(class_names))
+    raise DataError(f"{eval_dir}: class folders differ from the run's classes (e.g. {extra[0]})")
+  return class_names, None, _files_source(examples, len(class_names), cfg.skip_bad_files, eval_dir)
+
+
+def _folder_sources(train_dir, eval_dir, cfg, for_training=True):
   class_names, examples = list_class_folders(train_dir)
   if eval_dir:
     eval_names, eval_examples = list_class_folders(eval_dir)
@@ -239,7 +295,8 @@ def _folder_sources(train_dir, eval_dir, cfg):
   else:
     examples, eval_examples = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
   class_names = _check_num_classes(cfg, class_names, train_dir)
-  return (class_names, _files_source(examples, len(class_names), cfg.skip_bad_files, train_dir),
+  return (class_names,
+          _files_source(examples, len(class_names), cfg.skip_bad_files, train_dir) if for_training else None,
           _files_source(eval_examples, len(class_names), cfg.skip_bad_files, eval_dir or train_dir))
 
 
@@ -332,7 +389,7 @@ def _is_int(text):
   return text.lstrip("-").isdigit()
 
 
-def _csv_sources(cfg):
+def _csv_sources(cfg, for_training=True):
   path = common_data.required(cfg, "csv_path")
   rows = read_label_csv(path, common_data.required(cfg, "images_dir"), cfg.image_extension, cfg.duplicates)
   given_names = read_labels_file(cfg.labels_file, cfg.duplicates) if cfg.labels_file else None
@@ -343,7 +400,7 @@ def _csv_sources(cfg):
   class_names = _check_num_classes(cfg, class_names, path)
   examples = [(image, class_id) for (image, _, _), class_id in zip(rows, ids)]
   train, evaluation = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
-  return (class_names, _files_source(train, len(class_names), cfg.skip_bad_files, path),
+  return (class_names, _files_source(train, len(class_names), cfg.skip_bad_files, path) if for_training else None,
           _files_source(evaluation, len(class_names), cfg.skip_bad_files, path))
 
 
@@ -440,7 +497,7 @@ def check_tfrecord_label(num_labels, first_label, num_classes, labels_offset, hi
   return int(first_label) - labels_offset
 
 
-def _tfrecord_sources(cfg):
+def _tfrecord_sources(cfg, for_training=True):
   class_names = read_labels_file(cfg.labels_file, cfg.duplicates) if cfg.labels_file else None
   num_classes = len(class_names) if class_names else cfg.num_classes
   if class_names and cfg.num_classes and cfg.num_classes != num_classes:
@@ -468,7 +525,7 @@ def _tfrecord_sources(cfg):
     return _Source(read, _count_labels(labels, num_classes), common_data.tfrecord_names(skip),
                    common_data.list_tfrecord_files(pattern))
 
-  return (class_names, source(common_data.required(cfg, "train_pattern")),
+  return (class_names, source(common_data.required(cfg, "train_pattern")) if for_training else None,
           source(common_data.required(cfg, "eval_pattern")))
 
 

@@ -25,7 +25,7 @@ def main(argv):
   workdir = _WORKDIR.value
   config = cli.run_config(_CONFIG, workdir)
   startup.prepare_run(config)
-  task = task_lib.make_task(config, workdir)
+  task = task_lib.make_task(config, workdir, for_training=False)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
   evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
   print(json.dumps(dict(evaluation.metrics, report=report_dir), indent=2, sort_keys=True))

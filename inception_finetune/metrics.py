@@ -42,11 +42,14 @@ def chance_top1(confusion, train_counts):
   """Top-1 of two guessers that never look at the image, over the same evaluation images.
 
   chance_top1_majority always answers the training set's most frequent class;
-  chance_top1_uniform answers a class at random (1 / num_classes).
+  chance_top1_uniform answers a class at random (1 / num_classes). Without train_counts (None: an
+  evaluation of a run that kept no class_balance.csv) only the second.
   """
+  uniform = {"chance_top1_uniform": 1.0 / len(confusion)}
+  if train_counts is None:
+    return uniform
   per_class = confusion.sum(axis=1)
-  return {"chance_top1_majority": float(per_class[int(np.argmax(train_counts))] / per_class.sum()),
-          "chance_top1_uniform": 1.0 / len(confusion)}
+  return dict(uniform, chance_top1_majority=float(per_class[int(np.argmax(train_counts))] / per_class.sum()))
 
 
 def confusion_matrix(labels, predictions, num_classes):
@@ -80,20 +83,13 @@ def write_report(result, directory, class_names):
   Returns the paths written.
   """
   os.makedirs(directory, exist_ok=True)
-  per_class, matrix, image = (os.path.join(directory, name) for name in (
-      "per_class_accuracy.csv", "confusion_matrix.csv", "confusion_matrix.png"))
+  per_class = os.path.join(directory, "per_class_accuracy.csv")
   with open(per_class, "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow(["id", "name", "images", "accuracy"])
     for class_id, (name, images, accuracy) in enumerate(
         zip(class_names, result.confusion.sum(axis=1), result.per_class_accuracy)):
       writer.writerow([class_id, name, int(images), "" if np.isnan(accuracy) else f"{accuracy:.6f}"])
-  with open(matrix, "w", newline="") as f:
-    writer = csv.writer(f)
-    writer.writerow(["true \\ predicted", *class_names])
-    for name, row in zip(class_names, result.confusion):
-      writer.writerow([name, *(int(c) for c in row)])
-  plots.save(plots.confusion_matrix_figure(result.confusion, class_names), image)
-  return [per_class, matrix, image]
+  return [per_class, *plots.write_confusion_matrix(directory, result.confusion, class_names)]
 
 

@@ -290,11 +290,15 @@ def input_fingerprint(config, data):
           "train images": int(data.train_counts.sum())}
 
 
-def make_task(config, workdir):
-  """Checks the config, builds the datasets (synthetic images go to workdir; labels.txt is a run file) -> Task."""
+def make_task(config, workdir, for_training=True):
+  """Checks the config, builds the datasets (synthetic images go to workdir; labels.txt is a run file) -> Task.
+
+  An evaluation (for_training=False) checks only the evaluation images, with the run's classes; its Task
+  has no training dataset (the calibration reads training images only if a checkpoint needs it).
+  """
   validate_config(config)
   cfg = config.data
-  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, workdir)
+  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, workdir, for_training)
 
   def evaluate(predict, from_saved_model):
     sampler = summaries.EvalSampler(data.raw_eval if from_saved_model else data.eval, predict,
@@ -321,7 +325,7 @@ def make_task(config, workdir):
                 f"phases: head ({config.trainable_scopes}), unfrozen "
                 f"(+{config.finetune.unfreeze_last_blocks} blocks)"),
       image_summaries_fn=image_summaries,
-      input_fingerprint=input_fingerprint(config, data),
+      input_fingerprint=input_fingerprint(config, data) if for_training else {},
       data_report=data.data_report,
       run_files=data.run_files,
       calibrate=make_batch_norm_calibration(config, data.new_train))

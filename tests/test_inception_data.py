@@ -2,6 +2,7 @@
 import logging
 import os
 import re
+import shutil
 
 import numpy as np
 from PIL import Image
@@ -418,3 +419,58 @@ def test_a_source_with_nothing_to_hold_out_is_named(tmp_path):
   cfg = csv_config(tmp_path, "img0,pug\nimg1,akita\n")
   with pytest.raises(DataError, match=f"^{tmp_path}/labels.csv: no image is held out for evaluation"):
     data_lib.make_datasets(cfg, 2, seed=0)
+
+
+def eval_batches(data):
+  return [(images.numpy(), labels.numpy()) for images, labels in data.eval]
+
+
+def test_an_evaluation_checks_the_evaluation_images_only_with_the_runs_classes(tmp_path):
+  """for_training=False: the same evaluation pipeline with the training files gone or corrupt, the class
+  names and counts of the run's labels.txt and class_balance.csv, the training data read only if asked."""
+  train_dir = write_class_folders(tmp_path / "train", [5, 4, 3])
+  eval_dir = write_class_folders(tmp_path / "eval", [2, 2, 2], prefix="e")
+  rows = ["id,breed"]
+  for index, breed in enumerate(["pug", "beagle", "pug", "akita", "beagle", "pug", "akita", "beagle"]):
+    write_image(str(tmp_path / "csv_images" / f"img{index}.jpg"), 30 * index)
+    rows.append(f"img{index},{breed}")
+  records = {split: write_slim_tfrecords(tmp_path / split, labels)
+             for split, labels in (("train", [0, 1, 2, 0, 1]), ("eval", [2, 1, 0]))}
+  cases = {
+      "folder": data_config(source="folder", train_dir=train_dir, eval_dir=eval_dir),
+      "csv": data_config(source="csv", csv_path=write_csv(tmp_path / "labels.csv", rows),
+                         images_dir=str(tmp_path / "csv_images")),
+      "tfrecord": data_config(source="tfrecord", num_classes=3, train_pattern=records["train"],
+                              eval_pattern=records["eval"]),
+  }
+  for name, cfg in cases.items():
+    workdir = tmp_path / f"run_{name}"
+    trained = data_lib.make_datasets(cfg, 4, seed=0, workdir=str(workdir))
+    workdir.mkdir()
+    for file_name, text in trained.run_files.items():  # as the training loop writes them
+      (workdir / file_name).write_text(text)
+    if name == "folder":
+      shutil.rmtree(train_dir)
+    elif name == "csv":  # the CSV's rows give the split; the training images are not decoded
+      for path in trained.train_files:
+        with open(path, "wb") as f:
+          f.write(b"not an image")
+    else:
+      cfg.train_pattern = str(tmp_path / "nowhere-*")
+    data = data_lib.make_datasets(cfg, 4, seed=0, workdir=str(workdir), for_training=False)
+    assert data.train is None and data.class_names == trained.class_names, name
+    np.testing.assert_array_equal(data.train_counts, trained.train_counts, err_msg=name)
+    got, want = eval_batches(data), eval_batches(trained)
+    assert len(got) == len(want) >= 1, name
+    for (images, labels), (want_images, want_labels) in zip(got, want):
+      np.testing.assert_array_equal(images, want_images, err_msg=name)
+      np.testing.assert_array_equal(labels, want_labels, err_msg=name)
+  # The training folder is read only when the calibration asks for it.
+  with pytest.raises(DataError, match=re.escape(f"{train_dir}: no such directory")):
+    data_lib.make_datasets(cases["folder"], 4, 0, str(tmp_path / "run_folder"), for_training=False).new_train()
+  # An evaluation folder whose classes are not the run's is named.
+  os.makedirs(os.path.join(eval_dir, "breed_9"))
+  write_image(os.path.join(eval_dir, "breed_9", "x.jpg"), 200)
+  with pytest.raises(DataError, match=re.escape(f"{eval_dir}: class folders differ from the run's classes "
+                                                "(e.g. breed_9)")):
+    data_lib.make_datasets(cases["folder"], 4, 0, str(tmp_path / "run_folder"), for_training=False)

@@ -1,4 +1,5 @@
 """The Inception V4 fine-tuning trainer: the loss, bad input at the CLI, and two phases end to end."""
+import glob
 import json
 import os
 
@@ -219,6 +220,19 @@ def test_reports_and_saved_model_are_written(finetune_run, run_cli):
   evaluated = run_cli(["-m", "inception_finetune.evaluate", f"--workdir={workdir}"])
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   assert json.loads(evaluated.stdout)["top1"] == evaluation["top1"]
+  # The export on a class folder by evaluation flags only: no training folder (a SavedModel needs no
+  # BatchNorm calibration), the run's classes; nothing written outside the report.
+  eval_dir = glob.glob(os.path.join(workdir, "data", "synthetic-classes-*", "eval"))[0]
+  before = {path: os.path.getmtime(path) for path in glob.glob(f"{workdir}/**", recursive=True)
+            if os.path.isfile(path)}
+  evaluated = run_cli(["-m", "inception_finetune.evaluate", f"--workdir={workdir}",
+                       f"--saved_model={workdir}/saved_model", "--config.data.source=folder",
+                       "--config.data.train_dir=/nowhere", f"--config.data.eval_dir={eval_dir}",
+                       f"--report_dir={workdir}/other"])
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert json.loads(evaluated.stdout)["top1"] == evaluation["top1"]
+  assert {path: os.path.getmtime(path) for path in glob.glob(f"{workdir}/**", recursive=True)
+          if os.path.isfile(path) and not path.startswith(os.path.join(workdir, "other"))} == before
 
 
 @pytest.mark.slow
