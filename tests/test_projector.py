@@ -44,6 +44,23 @@ def projector_files(eval_dir):
   return embedding, vectors, rows
 
 
+def plugin_get(logdir):
+  """get(route, **query) -> the body of TensorBoard's projector plugin's answer for logdir."""
+  multiplexer = plugin_event_multiplexer.EventMultiplexer()
+  multiplexer.AddRunsFromDirectory(logdir)
+  multiplexer.Reload()
+  plugin = projector_plugin.ProjectorPlugin(base_plugin.TBContext(
+      logdir=logdir, data_provider=data_provider.MultiplexerDataProvider(multiplexer, logdir)))
+  apps = plugin.get_plugin_apps()
+
+  def get(route, **query):
+    response = werkzeug_test.Client(apps[route]).get("/", query_string=query)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_data()
+
+  return get
+
+
 def test_the_eval_folder_holds_the_newest_evaluations_embeddings_of_the_held_out_images(triplet_run):
   _, workdir, config = triplet_run
   eval_dir = str(workdir / "eval")
@@ -52,6 +69,7 @@ def test_the_eval_folder_holds_the_newest_evaluations_embeddings_of_the_held_out
   assert tf.train.latest_checkpoint(eval_dir) == os.path.join(eval_dir, "embeddings-20")
   assert [os.path.basename(p) for p in glob.glob(os.path.join(eval_dir, "embeddings-*.index"))] == [
       "embeddings-20.index"]
+  assert embedding.tensor_name == "embeddings_step_20/.ATTRIBUTES/VARIABLE_VALUE"
   assert header == ["identity", "file"]
   files = [file for _, file in rows]
   eval_data = triplet_data.load_eval_data(config.data, config.seed, str(workdir))
@@ -69,36 +87,28 @@ def test_the_eval_folder_holds_the_newest_evaluations_embeddings_of_the_held_out
   np.testing.assert_allclose(vectors, expected, atol=1e-5)
   np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
 
-  # The sprite: 4 x 4 cells of the 20 px images (smaller than the thumbnails), row by row.
+  # The sprite (a JPEG): 4 x 4 cells of the 20 px images (smaller than the thumbnails), row by row,
+  # each nearest to its own image (the images are noisy: JPEG keeps their shapes, not every pixel).
   size = cfg.load_size
   assert size < summaries.THUMBNAIL_SIZE and list(embedding.sprite.single_image_dim) == [size, size]
-  sprite = np.asarray(Image.open(os.path.join(eval_dir, embedding.sprite.image_path)))
+  sprite = np.asarray(Image.open(os.path.join(eval_dir, embedding.sprite.image_path)), np.float64)
   assert sprite.shape == (4 * size, 4 * size, 3)
-  for i, file in enumerate(files):
+  images = np.stack([np.asarray(Image.open(file).convert("RGB"), np.float64) for file in files])
+  for i in range(len(files)):
     cell = sprite[i // 4 * size:(i // 4 + 1) * size, i % 4 * size:(i % 4 + 1) * size]
-    np.testing.assert_array_equal(cell, np.asarray(Image.open(file).convert("RGB")))
-  assert not sprite[3 * size:].any()  # the last row's 4 cells hold no point
+    differences = np.abs(images - cell).mean(axis=(1, 2, 3))
+    assert differences.argmin() == i and differences[i] < 15, differences
+  assert sprite[3 * size:].mean() < 3  # the last row's 4 cells hold no point: black (JPEG: nearly)
 
 
 def test_tensorboards_projector_plugin_serves_them(triplet_run):
   runs, workdir, config = triplet_run
   embedding, vectors, rows = projector_files(str(workdir / "eval"))
-  multiplexer = plugin_event_multiplexer.EventMultiplexer()
-  multiplexer.AddRunsFromDirectory(str(runs))
-  multiplexer.Reload()
-  plugin = projector_plugin.ProjectorPlugin(base_plugin.TBContext(
-      logdir=str(runs), data_provider=data_provider.MultiplexerDataProvider(multiplexer, str(runs))))
-  apps = plugin.get_plugin_apps()
-
-  def get(route, **query):
-    response = werkzeug_test.Client(apps[route]).get("/", query_string=query)
-    assert response.status_code == 200, response.get_data(as_text=True)
-    return response.get_data()
-
+  get = plugin_get(str(runs))
   # Only eval/ has embeddings: train/ and the run's root find no checkpoint (the training's are
   # in checkpoints/, which the plugin does not look into).
   assert json.loads(get("/runs")) == ["triplet/eval"]
-  run, name = "triplet/eval", summaries.PROJECTOR_TENSOR
+  run, name = "triplet/eval", embedding.tensor_name
   (info,) = json.loads(get("/info", run=run))["embeddings"]
   assert info["tensorName"] == name and info["tensorShape"] == [12, config.model.embedding_size]
   np.testing.assert_array_equal(np.frombuffer(get("/tensor", run=run, name=name), np.float32).reshape(
@@ -127,11 +137,27 @@ def test_one_metadata_column_has_no_header_and_values_stay_on_their_line(tmp_pat
   config = helpers.make_config("triplet", "smoke")
   budget = summaries.SummaryBudget(str(tmp_path), config.summaries)
   vectors = np.eye(3, dtype=np.float32)
-  thumbnails = np.full([3, 2, 2, 3], 200, np.uint8)
+  thumbnails = np.full([3, 8, 8, 3], 200, np.uint8)
   budget.write_embeddings(7, vectors, {"name": ["a\tb", "c\nd", "e"]}, thumbnails)
   embedding, saved, rows = projector_files(str(tmp_path))
   assert rows == [["a b"], ["c d"], ["e"]]
   np.testing.assert_array_equal(saved, vectors)
-  sprite = np.asarray(Image.open(tmp_path / embedding.sprite.image_path))
-  assert sprite.shape == (4, 4, 3) and (sprite[:2] == 200).all() and (sprite[2:, :2] == 200).all()
-  assert not sprite[2:, 2:].any()
+  get = plugin_get(str(tmp_path))  # no event file: the logdir itself is the run "."
+  served = get("/tensor", run=".", name=embedding.tensor_name)
+  np.testing.assert_array_equal(np.frombuffer(served, np.float32), vectors.ravel())
+
+  # A running TensorBoard shows the next evaluation's points, not the ones it served before.
+  budget.write_embeddings(8, 2 * vectors, {"name": ["x", "y", "z"]}, thumbnails)
+  embedding, saved, rows = projector_files(str(tmp_path))
+  assert rows == [["x"], ["y"], ["z"]] and os.listdir(tmp_path).count("embeddings-7.index") == 0
+  (info,) = json.loads(get("/info", run="."))["embeddings"]
+  assert info["tensorName"] == embedding.tensor_name
+  served = get("/tensor", run=".", name=embedding.tensor_name)
+  np.testing.assert_array_equal(np.frombuffer(served, np.float32), 2 * vectors.ravel())
+  assert get("/metadata", run=".", name=embedding.tensor_name) == b"x\ny\nz\n"
+  sprite = np.asarray(Image.open(tmp_path / embedding.sprite.image_path), np.float64)
+  assert sprite.shape == (16, 16, 3) and list(embedding.sprite.single_image_dim) == [8, 8]
+  # Three grey cells from the top left, row by row, and a black one (JPEG: nearly).
+  for cell in (sprite[:8, :8], sprite[:8, 8:], sprite[8:, :8]):
+    assert np.abs(cell - 200).mean() < 3
+  assert sprite[8:, 8:].mean() < 3
