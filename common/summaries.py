@@ -8,10 +8,13 @@ with a warning, and the bytes on disk are counted.
 
 Each evaluation can add a few images drawn from what it predicted (EvalSampler
 keeps them as the evaluation passes by), and each run its resolved config as
-text and its hyperparameters for TensorBoard's HParams plugin.
+text and its hyperparameters for TensorBoard's HParams plugin. An evaluation of embeddings can
+put them in TensorBoard's Projector (write_embeddings).
 """
 import json
+import math
 import os
+import re
 
 from absl import logging
 import numpy as np
@@ -19,11 +22,21 @@ from PIL import Image
 from PIL import ImageDraw
 from PIL import ImageFont
 import tensorflow as tf
+from tensorboard.plugins import projector
 from tensorboard.plugins.hparams import api as hp
 
 # A histogram summary stores its buckets, not the tensor: 30 buckets of 3 doubles plus framing.
 _HISTOGRAM_BYTES = 1024
 _SCALAR_BYTES = 64
+
+# The Projector's web page takes a square sprite of at most 8192 x 8192 pixels (one WebGL texture):
+# thumbnails of THUMBNAIL_SIZE pixels bound the points that can show their images.
+THUMBNAIL_SIZE = 48
+MAX_PROJECTOR_POINTS = (8192 // THUMBNAIL_SIZE) ** 2
+PROJECTOR_CHECKPOINT = "embeddings"
+PROJECTOR_METADATA = "metadata.tsv"
+# JPEG: a fifth of PNG's size for photos (2000 thumbnails of 48 px: 1.7 MB, PNG 8 MB).
+PROJECTOR_SPRITE = "sprite.jpg"
 
 
 class SummaryBudget:
@@ -104,6 +117,39 @@ class SummaryBudget:
         if self._within_budget(name, _HISTOGRAM_BYTES):
           tf.summary.histogram(name, value)
 
+  def write_embeddings(self, step, vectors, metadata, thumbnails=None):
+    """vectors [N, D] for TensorBoard's Projector, with metadata {column: N values} and optional
+    uint8 thumbnails [N, S, S, 3] (S <= THUMBNAIL_SIZE, N <= MAX_PROJECTOR_POINTS): a checkpoint of
+    one variable, metadata.tsv, sprite.jpg and projector_config.pbtxt in this run directory.
+
+    The plugin reads projector_config.pbtxt from the run directory and, as the config names no
+    checkpoint, the one that the directory's `checkpoint` file names (tf.train.latest_checkpoint):
+    each call replaces the previous one's files, so only the newest evaluation's are kept. The
+    tensor is named by its step, embeddings_step_<step>/.ATTRIBUTES/VARIABLE_VALUE (the name
+    tf.train.Checkpoint gives the variable): the plugin caches the last tensor it served by run and
+    name, and would go on serving the previous evaluation's points beside the new metadata.
+    """
+    os.makedirs(self.logdir, exist_ok=True)
+    variable_name = f"{PROJECTOR_CHECKPOINT}_step_{step}"
+    config = projector.ProjectorConfig()
+    embedding = config.embeddings.add(tensor_name=f"{variable_name}/.ATTRIBUTES/VARIABLE_VALUE",
+                                      metadata_path=PROJECTOR_METADATA)
+    columns = list(metadata)
+    # One column has no header line: the plugin takes a first line with a tab for the header.
+    rows = [columns] if len(columns) > 1 else []
+    rows += [[_tsv_field(metadata[column][i]) for column in columns] for i in range(len(vectors))]
+    with open(os.path.join(self.logdir, PROJECTOR_METADATA), "w") as f:
+      f.writelines("\t".join(row) + "\n" for row in rows)
+    if thumbnails is not None:
+      Image.fromarray(_sprite(thumbnails)).save(os.path.join(self.logdir, PROJECTOR_SPRITE), quality=90)
+      embedding.sprite.image_path = PROJECTOR_SPRITE
+      embedding.sprite.single_image_dim.extend([thumbnails.shape[2], thumbnails.shape[1]])
+    checkpoint = tf.train.Checkpoint(**{variable_name: tf.Variable(np.asarray(vectors, np.float32),
+                                                                   trainable=False)})
+    tf.train.CheckpointManager(checkpoint, self.logdir, max_to_keep=1,
+                               checkpoint_name=PROJECTOR_CHECKPOINT).save(checkpoint_number=step)
+    projector.visualize_embeddings(self.logdir, config)
+
   def _within_budget(self, name, estimated_bytes):
     if estimated_bytes <= self.cfg.max_summary_bytes:
       return True
@@ -137,6 +183,22 @@ def select_histogram_variables(variables, kernels, biases):
     if (kernels and leaf in ("kernel", "depthwise_kernel", "embeddings")) or (biases and leaf == "bias"):
       chosen[variable.path] = variable
   return chosen
+
+
+def _tsv_field(value):
+  """A metadata value on one line of one column (a file name may hold a tab or a line break)."""
+  return re.sub(r"[\t\r\n]", " ", str(value))
+
+
+def _sprite(thumbnails):
+  """uint8 [N, S, S, C] -> one square image of ceil(sqrt(N)) x ceil(sqrt(N)) cells, row by row from
+  the top left, as the Projector reads it (black cells after the last)."""
+  count, height, width, channels = thumbnails.shape
+  side = math.ceil(math.sqrt(count))
+  cells = np.zeros([side * side, height, width, channels], np.uint8)
+  cells[:count] = thumbnails
+  return cells.reshape(side, side, height, width, channels).swapaxes(1, 2).reshape(
+      side * height, side * width, channels)
 
 
 def _flat_values(tree, prefix=""):

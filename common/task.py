@@ -38,11 +38,15 @@ class Evaluation:
       the evaluation predicted: the training loop writes them to TensorBoard at each evaluation.
     curves: what the report draws, as JSON (triplet: the ROC's far and tar), so that a later
       report can draw this evaluation beside its own (the baselines of a run).
+    embeddings: optional embeddings() -> (vectors [N, D] float32, {column: N values}, uint8
+      thumbnails [N, S, S, 3] or None), what TensorBoard's Projector shows of the evaluation (at
+      most summaries.MAX_PROJECTOR_POINTS points): the training loop writes them at each evaluation.
   """
   metrics: dict
   write_report: Optional[Callable[[str], list]] = None
   summary_images: Optional[Callable[[], dict]] = None
   curves: Optional[dict] = None
+  embeddings: Optional[Callable[[], tuple]] = None
 
   def write(self, directory):
     """Writes the report files (if there are any) into directory, and logs their paths."""

@@ -385,6 +385,8 @@ def _evaluate(run):
   run.eval_summaries.write_scalars(step, results)
   if run.chief and run.last_evaluation.summary_images:
     run.eval_summaries.write_images(step, run.last_evaluation.summary_images())
+  if run.chief and run.last_evaluation.embeddings:
+    run.eval_summaries.write_embeddings(step, *run.last_evaluation.embeddings())
   run.eval_summaries.flush()
   run.last_eval = dict(results, step=step)
   run.best.offer(results, step)

@@ -73,6 +73,7 @@ OWN = {
         ("model.weight_decay", -1.0), ("model.bn_momentum", 1.0), ("model.bn_momentum", 1.5),
         ("model.sync_batch_norm", None),
         ("train.batch_size", 9),  # not identities_per_batch x images_per_identity
+        ("summaries.max_projector_points", -1),
     ],
     "inception": [
         ("checkpoint_exclude_scopes", "InceptionV4/Logts"), ("trainable_scopes", "Inceptionv4/Logits"),

@@ -159,7 +159,8 @@ def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
   assert paths == ["a1", "a2", "b1", "b2"]
   # Two batches of 2-d embeddings; identity a near (1, 0), b near (0, 1).
   batches = [np.array([[1.0, 0.0], [0.9, 0.1]]), np.array([[0.0, 1.0], [0.1, 0.9]])]
-  results, (far, tar) = metrics.evaluate(lambda x: x, batches, paths, eval_data)
+  results, (far, tar), embeddings = metrics.evaluate(lambda x: x, batches, paths, eval_data)
+  np.testing.assert_array_equal(embeddings["b1"], batches[1][0])
   assert results["recall_at_1"] == results["recall_at_5"] == 1.0
   assert results["verification_accuracy"] == 1.0
   # One different pair per fold cannot measure a 1e-3 false accept rate: no number at all.
@@ -168,7 +169,7 @@ def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
       "n/a (needs 1000 different-identity pairs per fold, or over all folds for a pooled VAL; the "
       "pairs file has 1 in a fold, 2 overall)")
   assert metrics.area_under_curve(far, tar) == 1.0
-  assert metrics.evaluate(None, [], [], data.EvalData([], np.zeros([0], np.int64), [], 0)) == ({}, None)
+  assert metrics.evaluate(None, [], [], data.EvalData([], np.zeros([0], np.int64), [], 0)) == ({}, None, {})
 
 
 def test_score_reports_val_at_far_when_each_fold_has_1000_different_pairs():

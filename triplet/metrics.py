@@ -247,7 +247,9 @@ def raw_pixel_embeddings(images):
 
 
 def evaluate(embed_fn, dataset, paths, eval_data):
-  """Embeds `dataset` (the images of `paths`, in order) and scores them; see score()."""
+  """Embeds `dataset` (the images of `paths`, in order) and scores them: score()'s (metrics, ROC or
+  None) and {path: embedding}."""
   if not paths:
-    return {}, None
-  return score(dict(zip(paths, compute_embeddings(embed_fn, dataset))), eval_data)
+    return {}, None, {}
+  embeddings = dict(zip(paths, compute_embeddings(embed_fn, dataset)))
+  return (*score(embeddings, eval_data), embeddings)

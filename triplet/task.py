@@ -17,6 +17,7 @@ from common import data as common_data
 from common import export as export_lib
 from common import normalization
 from common import plots
+from common import summaries
 from common import task as task_lib
 from common.errors import ConfigError
 from triplet import data as data_lib
@@ -57,6 +58,7 @@ def validate_config(config, for_training=True):
       "model.weight_decay": config_lib.NON_NEGATIVE,
       "model.bn_momentum": config_lib.FRACTION,
       "model.sync_batch_norm": config_lib.BOOL,
+      "summaries.max_projector_points": config_lib.integer(0, summaries.MAX_PROJECTOR_POINTS),
   })
   if not for_training:
     return
@@ -168,6 +170,20 @@ def export_model(model, path, data_config):
   return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES])
 
 
+def projector_points(embeddings, paths, load_size, batch_size):
+  """An Evaluation's embeddings() (common/task.py) for TensorBoard's Projector: the embeddings of
+  `paths` (from the evaluation's {path: embedding}), each image's identity (its folder) and file,
+  and its thumbnail, the file read again at thumbnail size when the loop writes them."""
+
+  def points():
+    vectors = np.stack([embeddings[path] for path in paths]).astype(np.float32)
+    metadata = {"identity": [os.path.basename(os.path.dirname(path)) for path in paths], "file": paths}
+    dataset = data_lib.make_uint8_dataset(paths, min(load_size, summaries.THUMBNAIL_SIZE), batch_size)
+    return vectors, metadata, np.concatenate(list(dataset.as_numpy_iterator()))
+
+  return points
+
+
 def input_fingerprint(config, identities):
   """What the checkpointed input position depends on: resuming with other values is refused."""
   cfg = config.data
@@ -202,14 +218,17 @@ def make_task(config, workdir, for_training=True):
   val_note = metrics.val_at_far_note(eval_data)
   if val_note:
     logging.info("VAL@FAR=1e-3: %s", val_note)
+  projector_paths = eval_paths[:config.summaries.max_projector_points]
 
   def evaluate(predict, from_saved_model):
     """Retrieval on the held-out identities and verification of the pairs; the report is the ROC."""
     dataset = (data_lib.make_uint8_dataset(eval_paths, cfg.load_size, cfg.eval_batch_size)
                if from_saved_model else eval_dataset)
-    results, roc = metrics.evaluate(predict, dataset, eval_paths, eval_data)
+    results, roc, embeddings = metrics.evaluate(predict, dataset, eval_paths, eval_data)
+    shown = (projector_points(embeddings, projector_paths, cfg.load_size, cfg.eval_batch_size)
+             if projector_paths else None)
     if roc is None:
-      return task_lib.Evaluation(results)
+      return task_lib.Evaluation(results, embeddings=shown)
     results["roc_auc"] = metrics.area_under_curve(*roc)
 
     def write_report(directory):
@@ -223,7 +242,8 @@ def make_task(config, workdir, for_training=True):
           curves.update((name, (c["far"], c["tar"])) for name, c in json.load(f).items())
       return [plots.save(plots.roc_figure(curves, far_mark), os.path.join(directory, ROC_PNG))]
 
-    return task_lib.Evaluation(results, write_report, curves={"far": roc[0].tolist(), "tar": roc[1].tolist()})
+    return task_lib.Evaluation(results, write_report, curves={"far": roc[0].tolist(), "tar": roc[1].tolist()},
+                               embeddings=shown)
 
   if not for_training:
     return task_lib.Task(name="triplet", train_dataset=None, eval_dataset=eval_dataset,
