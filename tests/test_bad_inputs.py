@@ -252,7 +252,8 @@ INCEPTION_FILES = {
         dict(labels_csv(root, GOOD_ROWS), **{"data.image_extension": ".jpg"}), "data.image_extension"),
     "labels.csv is a folder": lambda root: (dict(labels_csv(root, GOOD_ROWS),
                                                  **{"data.csv_path": f"{root}/images"}), "images"),
-    "missing TF-Slim checkpoint": lambda root: ({"checkpoint_path": f"{root}/nothing.ckpt"}, "nothing.ckpt"),
+    "missing TF-Slim checkpoint": lambda root: ({"checkpoint_path": f"{root}/nothing.ckpt"},
+                                                f"checkpoint {root}/nothing.ckpt does not exist"),
 }
 INCEPTION_VALUES = {
     "finetune.head_steps": 1000, "label_smoothing": 1.5, "data.image_size": 50,
