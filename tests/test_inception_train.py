@@ -126,11 +126,17 @@ def read_checkpoint_values(workdir, config, num_classes):
 
 
 @pytest.fixture(scope="module")
-def finetune_run(tmp_path_factory):
-  """A stand-in TF-Slim checkpoint (random, 1001 classes), then phase 1 alone, then phase 2 resumed."""
+def slim_checkpoint_path(tmp_path_factory):
+  """A stand-in TF-Slim checkpoint (random, 1001 classes), written once for the module's tests."""
+  return helpers.write_slim_inception_checkpoint(str(tmp_path_factory.mktemp("slim") / "model.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def finetune_run(tmp_path_factory, slim_checkpoint_path):
+  """Phase 1 alone from the stand-in TF-Slim checkpoint, then phase 2 resumed."""
   root = tmp_path_factory.mktemp("finetune")
   config = finetune_config(HEAD_STEPS)
-  config.checkpoint_path = helpers.write_slim_inception_checkpoint(str(root / "slim" / "model.ckpt"))
+  config.checkpoint_path = slim_checkpoint_path
   reader = tf.train.load_checkpoint(config.checkpoint_path)
   slim_values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
   workdir = str(root / "run")
@@ -219,11 +225,12 @@ def test_reports_and_saved_model_are_written(finetune_run, run_cli):
 
 
 @pytest.mark.slow
-def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_layers_only(tmp_path):
+def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_layers_only(
+    slim_checkpoint_path):
   config = helpers.make_config("inception_v4", "smoke", **{
       "train.batch_size": 8, "finetune.unfreeze_last_blocks": 2,
       "checkpoint_exclude_scopes": "InceptionV4/Logits,InceptionV4/Mixed_7d"})
-  config.checkpoint_path = helpers.write_slim_inception_checkpoint(str(tmp_path / "slim" / "model.ckpt"))
+  config.checkpoint_path = slim_checkpoint_path
   model = task_lib.build_model(config, 10)  # calibrate trains as phase 2: the head, Mixed_7c, Mixed_7d
   slim_checkpoint.restore(model, config.checkpoint_path, config.checkpoint_exclude_scopes)
   fresh = task_lib.fresh_batch_norm_layers(model, config)
