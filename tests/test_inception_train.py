@@ -64,9 +64,6 @@ def smoke_args(workdir, *overrides):
 
 def write_bad_input(kind, tmp_path):
   """Files for one kind of bad input; returns (config overrides, the expected error text)."""
-  if kind == "missing_checkpoint":
-    path = tmp_path / "nowhere" / "inception_v4.ckpt"
-    return [f"--config.checkpoint_path={path}"], f"checkpoint {path} does not exist"
   if kind == "other_network":
     path = slim_checkpoint.write_checkpoint(str(tmp_path / "resnet.ckpt"), {
         "resnet_v1_50/conv1/weights": np.zeros((7, 7, 3, 64), np.float32)})
@@ -95,8 +92,8 @@ def write_bad_input(kind, tmp_path):
            "--config.data.num_classes=0"], f"{broken}: does not decode as an image")
 
 
-@pytest.mark.parametrize("kind", ["missing_checkpoint", "other_network", "label_out_of_range",
-                                  "one_hot_labels", "corrupt_image"])
+# A missing checkpoint is in tests/test_bad_inputs.py's table (in one interpreter).
+@pytest.mark.parametrize("kind", ["other_network", "label_out_of_range", "one_hot_labels", "corrupt_image"])
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, run_cli, kind):
   overrides, expected = write_bad_input(kind, tmp_path)
   result = run_cli(smoke_args(tmp_path / "run", *overrides))
@@ -130,11 +127,17 @@ def read_checkpoint_values(workdir, config, num_classes):
 
 
 @pytest.fixture(scope="module")
-def finetune_run(tmp_path_factory):
-  """A stand-in TF-Slim checkpoint (random, 1001 classes), then phase 1 alone, then phase 2 resumed."""
+def slim_checkpoint_path(tmp_path_factory):
+  """A stand-in TF-Slim checkpoint (random, 1001 classes), written once for the module's tests."""
+  return helpers.write_slim_inception_checkpoint(str(tmp_path_factory.mktemp("slim") / "model.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def finetune_run(tmp_path_factory, slim_checkpoint_path):
+  """Phase 1 alone from the stand-in TF-Slim checkpoint, then phase 2 resumed."""
   root = tmp_path_factory.mktemp("finetune")
   config = finetune_config(HEAD_STEPS)
-  config.checkpoint_path = helpers.write_slim_inception_checkpoint(str(root / "slim" / "model.ckpt"))
+  config.checkpoint_path = slim_checkpoint_path
   reader = tf.train.load_checkpoint(config.checkpoint_path)
   slim_values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
   workdir = str(root / "run")
@@ -236,11 +239,12 @@ def test_reports_and_saved_model_are_written(finetune_run, run_cli):
 
 
 @pytest.mark.slow
-def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_layers_only(tmp_path):
+def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_layers_only(
+    slim_checkpoint_path):
   config = helpers.make_config("inception_v4", "smoke", **{
       "train.batch_size": 8, "finetune.unfreeze_last_blocks": 2,
       "checkpoint_exclude_scopes": "InceptionV4/Logits,InceptionV4/Mixed_7d"})
-  config.checkpoint_path = helpers.write_slim_inception_checkpoint(str(tmp_path / "slim" / "model.ckpt"))
+  config.checkpoint_path = slim_checkpoint_path
   model = task_lib.build_model(config, 10)  # calibrate trains as phase 2: the head, Mixed_7c, Mixed_7d
   slim_checkpoint.restore(model, config.checkpoint_path, config.checkpoint_exclude_scopes)
   fresh = task_lib.fresh_batch_norm_layers(model, config)
