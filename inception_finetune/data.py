@@ -156,10 +156,12 @@ def _evaluation_data(cfg, batch_size, seed, workdir):
 def read_run_classes(workdir):
   """(class names, training images per class) of the run in workdir, from its labels.txt and
   class_balance.csv; None for a file the workdir does not have."""
-  labels, balance = (os.path.join(workdir or "", name) for name in (LABELS_FILENAME, CLASS_BALANCE_FILENAME))
-  names = read_labels_file(labels) if workdir and os.path.isfile(labels) else None
+  if not workdir:
+    return None, None
+  labels, balance = (os.path.join(workdir, name) for name in (LABELS_FILENAME, CLASS_BALANCE_FILENAME))
+  names = read_labels_file(labels) if os.path.isfile(labels) else None
   counts = None
-  if workdir and os.path.isfile(balance):
+  if os.path.isfile(balance):
     with open(balance, newline="") as f:
       counts = np.array([int(row["train_images"]) for row in csv.DictReader(f)], np.int64)
   return names, counts

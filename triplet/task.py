@@ -170,18 +170,22 @@ def export_model(model, path, data_config):
   return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES])
 
 
-def projector_points(embeddings, paths, load_size, batch_size):
-  """An Evaluation's embeddings() (common/task.py) for TensorBoard's Projector: the embeddings of
-  `paths` (from the evaluation's {path: embedding}), each image's identity (its folder) and file,
-  and its thumbnail, the file read again at thumbnail size when the loop writes them."""
+def projector_points(paths, load_size, batch_size):
+  """embeddings_of({path: embedding}) -> an Evaluation's embeddings() (common/task.py) for
+  TensorBoard's Projector: the embeddings of `paths`, each image's identity (its folder) and file,
+  and its thumbnail, the file read at thumbnail size once, at the first evaluation that writes them."""
+  metadata = {"identity": [os.path.basename(os.path.dirname(path)) for path in paths], "file": paths}
+  thumbnails = []
 
-  def points():
-    vectors = np.stack([embeddings[path] for path in paths]).astype(np.float32)
-    metadata = {"identity": [os.path.basename(os.path.dirname(path)) for path in paths], "file": paths}
-    dataset = data_lib.make_uint8_dataset(paths, min(load_size, summaries.THUMBNAIL_SIZE), batch_size)
-    return vectors, metadata, np.concatenate(list(dataset.as_numpy_iterator()))
+  def embeddings_of(embeddings):
+    def points():
+      if not thumbnails:
+        dataset = data_lib.make_uint8_dataset(paths, min(load_size, summaries.THUMBNAIL_SIZE), batch_size)
+        thumbnails.append(np.concatenate(list(dataset.as_numpy_iterator())))
+      return np.stack([embeddings[path] for path in paths]).astype(np.float32), metadata, thumbnails[0]
+    return points
 
-  return points
+  return embeddings_of
 
 
 def input_fingerprint(config, identities):
@@ -219,14 +223,14 @@ def make_task(config, workdir, for_training=True):
   if val_note:
     logging.info("VAL@FAR=1e-3: %s", val_note)
   projector_paths = eval_paths[:config.summaries.max_projector_points]
+  shown_of = projector_points(projector_paths, cfg.load_size, cfg.eval_batch_size) if projector_paths else None
 
   def evaluate(predict, from_saved_model):
     """Retrieval on the held-out identities and verification of the pairs; the report is the ROC."""
     dataset = (data_lib.make_uint8_dataset(eval_paths, cfg.load_size, cfg.eval_batch_size)
                if from_saved_model else eval_dataset)
     results, roc, embeddings = metrics.evaluate(predict, dataset, eval_paths, eval_data)
-    shown = (projector_points(embeddings, projector_paths, cfg.load_size, cfg.eval_batch_size)
-             if projector_paths else None)
+    shown = shown_of(embeddings) if shown_of else None
     if roc is None:
       return task_lib.Evaluation(results, embeddings=shown)
     results["roc_auc"] = metrics.area_under_curve(*roc)
