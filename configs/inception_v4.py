@@ -7,8 +7,8 @@ The slim-style keys sit at the top level under TF-Slim's flag names:
 """
 import ml_collections
 
-from common.config import apply_preset
-from common.config import base_config
+from common.contract.config import apply_preset
+from common.contract.config import base_config
 
 # One line each for --help; get_config's presets dict holds their values.
 PRESETS = {

@@ -1,8 +1,8 @@
 """Segmentation trainer config: `--config=configs/segmentation.py[:preset]`."""
 import ml_collections
 
-from common.config import apply_preset
-from common.config import base_config
+from common.contract.config import apply_preset
+from common.contract.config import base_config
 
 # One line each for --help; get_config's presets dict holds their values.
 PRESETS = {
@@ -31,7 +31,7 @@ def get_config(preset=None):
   config.data.ignore_label = 255
   config.data.patch_size = 28  # training patches are patch_size x patch_size, cut from whole images
   config.data.patches_per_image = 8
-  config.data.normalization = "unit"  # see common/normalization.py
+  config.data.normalization = "unit"  # see common/data/normalization.py
   config.data.skip_bad_files = False
   # error | warn: an image id listed twice in a split file (warn keeps the first) or in both split
   # files (warn keeps it in both); warn logs a line instead of stopping.

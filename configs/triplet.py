@@ -1,8 +1,8 @@
 """Triplet-loss embedding trainer config: `--config=configs/triplet.py[:preset]`."""
 import ml_collections
 
-from common.config import apply_preset
-from common.config import base_config
+from common.contract.config import apply_preset
+from common.contract.config import base_config
 
 # One line each for --help; get_config's presets dict holds their values.
 PRESETS = {
@@ -50,7 +50,7 @@ def get_config(preset=None):
   config.data.crop_size = 160  # random crops for training, center crops for evaluation
   # Random horizontal flips in training: a mirrored face is the same person, mirrored writing is not.
   config.data.random_flip = True
-  config.data.normalization = "symmetric"  # see common/normalization.py
+  config.data.normalization = "symmetric"  # see common/data/normalization.py
   config.data.eval_batch_size = 128
   # folder source: one directory per identity.
   config.data.train_dir = ""

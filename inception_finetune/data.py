@@ -29,9 +29,9 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common import data as common_data
-from common.errors import ConfigError
-from common.errors import DataError
+from common.data import readers as common_data
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from inception_finetune import preprocessing
 
 SOURCES = ("synthetic", "folder", "csv", "tfrecord")

@@ -6,7 +6,7 @@ python -m inception_finetune.evaluate --config=configs/inception_v4.py --saved_m
 Writes per_class_accuracy.csv, confusion_matrix.csv and confusion_matrix.png
 into --report_dir (default <workdir>/eval) and prints the scalar metrics as JSON.
 """
-from common import process
+from common.runtime import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
@@ -14,9 +14,9 @@ if __name__ == "__main__":
 import json
 import os
 
-from common import cli
-from common import startup
-from common import task as common_task
+from common.app import cli
+from common.app import startup
+from common.training import evaluation as evaluation_lib
 from inception_finetune import task as task_lib
 
 
@@ -27,7 +27,7 @@ def main(argv):
   startup.prepare_run(config)
   task = task_lib.make_task(config, workdir, for_training=False)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
-  evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
+  evaluation = evaluation_lib.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
   print(json.dumps(dict(evaluation.metrics, report=report_dir), indent=2, sort_keys=True))
 
 

@@ -17,8 +17,8 @@ import functools
 import keras
 from keras import layers
 
-from common.errors import ConfigError
-from common.layers import BatchNorm, l2_regularizer
+from common.contract.errors import ConfigError
+from common.nn.layers import BatchNorm, l2_regularizer
 
 SCOPE = "InceptionV4"
 

@@ -1,7 +1,7 @@
 """The classification loss of the fine-tuning trainer."""
 import tensorflow as tf
 
-from common.errors import DataError
+from common.contract.errors import DataError
 
 
 def sparse_classification_loss(labels, logits, num_classes, label_smoothing=0.0):

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from common import plots
+from common.training import plots
 
 
 @dataclasses.dataclass

@@ -11,8 +11,8 @@ same images on every run and on resumption.
 """
 import tensorflow as tf
 
-from common.normalization import to_unit_range
-from common.normalization import unit_to_symmetric
+from common.data.normalization import to_unit_range
+from common.data.normalization import unit_to_symmetric
 
 # TF1's tf.image.resize_images methods 0..3, which slim picks from at random when not in fast mode.
 _LEGACY_RESIZE_OPS = (

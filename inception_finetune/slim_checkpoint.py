@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.errors import CheckpointError
+from common.contract.errors import CheckpointError
 from inception_finetune.inception_v4 import SCOPE
 from inception_finetune.inception_v4 import slim_name
 

@@ -10,16 +10,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common import config as config_lib
-from common import data as common_data
-from common import export as export_lib
-from common import plots
-from common import optimizers
-from common import summaries
-from common import task as task_lib
-from common import train_loop
-from common import train_step
-from common.errors import ConfigError
+from common.contract import config as config_lib
+from common.data import readers as common_data
+from common.app import export as export_lib
+from common.training import plots
+from common.nn import optimizers
+from common.training import summaries
+from common.contract import task as task_lib
+from common.training import train_step
+from common.contract.errors import ConfigError
 from inception_finetune import data as data_lib
 from inception_finetune import inception_v4
 from inception_finetune import losses
@@ -203,10 +202,10 @@ def make_phases(config, model, mixed_precision):
   last_scopes = unfrozen_scopes(config)
   head_steps = config.finetune.head_steps
   unfrozen_steps = config.train.num_steps - head_steps
-  head = train_loop.Phase(
+  head = task_lib.Phase(
       "head", head_steps, optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps),
       prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes))
-  unfrozen = train_loop.Phase(
+  unfrozen = task_lib.Phase(
       "unfrozen", unfrozen_steps,
       optimizers.make_optimizer(config.optimizer, mixed_precision, unfrozen_steps,
                                 learning_rate=config.finetune.learning_rate),

@@ -6,7 +6,7 @@ checkpoint (its head excluded) -> phase 1 trains the new head (trainable_scopes)
 -> phase 2 unfreezes the last base blocks at a lower learning rate -> the
 shared training loop (evaluation report in eval/) -> SavedModel.
 """
-from common import process
+from common.runtime import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
@@ -16,11 +16,11 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from common import checkpoints
-from common import cli
-from common import distributed
-from common import startup
-from common import train_loop
+from common.training import checkpoints
+from common.app import cli
+from common.training import distributed
+from common.app import startup
+from common.training import train_loop
 from inception_finetune import slim_checkpoint
 from inception_finetune import task as task_lib
 

@@ -52,16 +52,16 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common import cli
-from common import config as config_lib
-from common import distributed
-from common import hardware
-from common import optimizers
-from common import task as common_task
-from common import train_loop
-from common import train_step
-from common.errors import ConfigError
-from common.errors import UserError
+from common.app import cli
+from common.contract import config as config_lib
+from common.training import distributed
+from common.runtime import hardware
+from common.nn import optimizers
+from common.contract import task as common_task
+from common.training import train_loop
+from common.training import train_step
+from common.contract.errors import ConfigError
+from common.contract.errors import UserError
 from scripts import flops as flops_lib
 from scripts import memory_estimate
 from scripts.peers import measure
@@ -126,7 +126,7 @@ def _parse_value(text):
 
 
 def make_task(trainer, config, workdir):
-  """The trainer's Task (common/task.py), from its own task module."""
+  """The trainer's Task (common/contract/task.py), from its own task module."""
   return importlib.import_module(TRAINERS[trainer][1]).make_task(config, workdir)
 
 

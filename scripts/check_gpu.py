@@ -15,7 +15,7 @@ script can test for a usable GPU. The cause is printed either way.
 import sys
 
 
-from common import hardware  # pylint: disable=g-import-not-at-top
+from common.runtime import hardware  # pylint: disable=g-import-not-at-top
 
 TENSOR_CORES = (7, 0)  # float16 matmuls run faster than float32 from this capability on
 

@@ -25,9 +25,9 @@ from absl import logging
 import numpy as np
 from PIL import Image
 
-from common import cli
-from common import data as common_data
-from common.errors import UserError
+from common.app import cli
+from common.data import readers as common_data
+from common.contract.errors import UserError
 from segmentation import data as seg_data
 
 _VOC_ROOT = flags.DEFINE_string("voc_root", None, "A Pascal VOC 2012 folder (JPEGImages/, SegmentationClass/, ...).")

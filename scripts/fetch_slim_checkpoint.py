@@ -32,9 +32,9 @@ import zlib
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
-from common import cli
-from common.errors import CheckpointError
-from common.errors import UserError
+from common.app import cli
+from common.contract.errors import CheckpointError
+from common.contract.errors import UserError
 from inception_finetune import inception_v4
 from inception_finetune import slim_checkpoint
 

@@ -3,7 +3,7 @@
 python -m segmentation.evaluate --workdir=runs/segmentation   # the run's own config.json; --config.key=value on top
 python -m segmentation.evaluate --config=configs/segmentation.py --saved_model=runs/segmentation/saved_model
 """
-from common import process
+from common.runtime import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
@@ -11,9 +11,9 @@ if __name__ == "__main__":
 import json
 import os
 
-from common import cli
-from common import startup
-from common import task as common_task
+from common.app import cli
+from common.app import startup
+from common.training import evaluation as evaluation_lib
 from segmentation import task as task_lib
 
 
@@ -24,7 +24,7 @@ def main(argv):
   startup.prepare_run(config)
   task = task_lib.make_task(config, workdir, for_training=False)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
-  evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
+  evaluation = evaluation_lib.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
   print(json.dumps(evaluation.metrics, indent=2, sort_keys=True))
 
 

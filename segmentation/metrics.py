@@ -7,7 +7,7 @@ from PIL import Image
 from PIL import ImageDraw
 import tensorflow as tf
 
-from common import plots
+from common.training import plots
 from segmentation import visualize
 
 

@@ -14,8 +14,8 @@ total_stride(widths, output_stride); logits are float32 under mixed precision.
 import keras
 import tensorflow as tf
 
-from common.layers import BatchNorm, l2_regularizer
-from common.normalization import Normalize
+from common.nn.layers import BatchNorm, l2_regularizer
+from common.data.normalization import Normalize
 
 
 def total_stride(widths, output_stride=1):

@@ -8,7 +8,7 @@ python -m segmentation.predict --saved_model=runs/segmentation/saved_model --out
 its best evaluation (best/, with train.best_metric) or else of its newest checkpoint; --saved_model
 reads an export.
 """
-from common import process
+from common.runtime import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
@@ -22,10 +22,10 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common import checkpoints
-from common import cli
-from common import workdir as workdir_lib
-from common.errors import CheckpointError
+from common.training import checkpoints
+from common.app import cli
+from common.runtime import workdir as workdir_lib
+from common.contract.errors import CheckpointError
 from segmentation import data as data_lib
 from segmentation import task as task_lib
 from segmentation import visualize

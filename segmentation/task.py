@@ -7,14 +7,15 @@ SavedModel and prediction all take the same input.
 import numpy as np
 import tensorflow as tf
 
-from common import config as config_lib
-from common import data as common_data
-from common import export as export_lib
-from common import plots
-from common import normalization
-from common import summaries
-from common import task as task_lib
-from common.errors import ConfigError
+from common.contract import config as config_lib
+from common.data import readers as common_data
+from common.app import export as export_lib
+from common.training import plots
+from common.data import normalization
+from common.training import summaries
+from common.contract import task as task_lib
+from common.nn import optimizers
+from common.contract.errors import ConfigError
 from segmentation import data as data_lib
 from segmentation import losses
 from segmentation import metrics
@@ -160,7 +161,7 @@ def make_task(config, workdir, for_training=True):
       train_dataset=data.train,
       eval_dataset=data.eval,
       build_model=lambda: build_model(config, data.num_classes),
-      make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,
+      make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
       loss_fn=make_loss_fn(cfg.ignore_label, tuple(config.loss.class_weights) or None),
       make_predict_fn=make_predict_fn,

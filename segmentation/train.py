@@ -2,17 +2,17 @@
 
 The recipe: config -> task (data, model, loss, metrics) -> the shared training loop -> SavedModel.
 """
-from common import process
+from common.runtime import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import os
 
-from common import cli
-from common import distributed
-from common import startup
-from common import train_loop
+from common.app import cli
+from common.training import distributed
+from common.app import startup
+from common.training import train_loop
 from segmentation import task as task_lib
 
 

@@ -15,7 +15,7 @@ from PIL import Image
 import tensorflow as tf
 from tensorboard.compat.proto import event_pb2
 
-from common import task as task_lib
+from common.contract import task as task_lib
 from inception_finetune import inception_v4
 from inception_finetune import slim_checkpoint
 from segmentation import visualize

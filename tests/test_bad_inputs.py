@@ -8,8 +8,8 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from common import cli
-from common import workdir as workdir_lib
+from common.app import cli
+from common.runtime import workdir as workdir_lib
 from helpers import make_config
 
 TRAIN_MODULES = {"segmentation": "segmentation.train", "triplet": "triplet.train",

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from common import workdir as workdir_lib
+from common.runtime import workdir as workdir_lib
 import helpers
 
 # A line of TensorFlow's C++ logging (file.cc:line]); absl's Python lines name a .py file.

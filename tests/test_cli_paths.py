@@ -9,7 +9,7 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common import cli
+from common.app import cli
 from helpers import make_config
 from helpers import run_python
 from segmentation import predict

@@ -1,4 +1,4 @@
-"""Tests of common/data.py: listings, image checks, text inputs, TFRecords and streamed .npy arrays."""
+"""Tests of common/data/readers.py: listings, image checks, text inputs, TFRecords and streamed .npy arrays."""
 import io
 import logging
 import os
@@ -9,9 +9,9 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common import data
-from common.errors import ConfigError
-from common.errors import DataError
+from common.data import readers as data
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 
 
 def write_png(path, array):

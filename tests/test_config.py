@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from common import config as config_lib
-from common.errors import ConfigError
+from common.contract import config as config_lib
+from common.contract.errors import ConfigError
 from helpers import make_config
 from helpers import run_python
 

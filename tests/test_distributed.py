@@ -13,9 +13,10 @@ SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from common import config as config_lib
-    from common import optimizers
-    from common import train_loop
+    from common.contract import config as config_lib
+    from common.nn import optimizers
+    from common.contract import task as task_lib
+    from common.training import train_loop
     from tests.helpers import loop_task
 
     def run(strategy, workdir):
@@ -40,7 +41,7 @@ SCRIPT = textwrap.dedent("""
         return tf.reduce_mean(per_example), {}
 
       train_loop.train(config, workdir, strategy=strategy, model=model, task=loop_task(data, loss_fn),
-                       phases=[train_loop.Phase("train", 5, optimizer)])
+                       phases=[task_lib.Phase("train", 5, optimizer)])
       return [np.array(v) for v in model.trainable_variables]
 
     one = run(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1] + "/one")

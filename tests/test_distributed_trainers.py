@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from common import train_loop
+    from common.training import train_loop
     from tests.helpers import make_config, read_scalars
 
     root, cases = sys.argv[1], json.loads(sys.argv[2])

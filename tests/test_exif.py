@@ -7,8 +7,8 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from common import cli
-from common import data as common_data
+from common.app import cli
+from common.data import readers as common_data
 from helpers import make_config
 from segmentation import data as seg_data
 from segmentation import train

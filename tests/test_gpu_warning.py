@@ -4,9 +4,9 @@ import logging
 
 import pytest
 
-from common import config as config_lib
-from common import hardware
-from common import startup
+from common.contract import config as config_lib
+from common.runtime import hardware
+from common.app import startup
 from scripts import check_gpu
 
 KERNELS = dict(hardware.RELEASE_KERNELS)

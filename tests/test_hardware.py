@@ -1,4 +1,4 @@
-"""Tests for common/hardware.py: CUDA architectures, nvidia-smi, device report, determinism.
+"""Tests for common/runtime/hardware.py: CUDA architectures, nvidia-smi, device report, determinism.
 
 The GPU diagnosis and its warning: tests/test_gpu_warning.py.
 """
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import hardware
+from common.runtime import hardware
 
 TF_2_21 = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
 

@@ -9,10 +9,10 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common import data as common_data
-from common import workdir as workdir_lib
-from common.errors import ConfigError
-from common.errors import DataError
+from common.data import readers as common_data
+from common.runtime import workdir as workdir_lib
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from configs import inception_v4 as config_lib
 from inception_finetune import data as data_lib
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.normalization import to_unit_range
+from common.data.normalization import to_unit_range
 from inception_finetune import preprocessing
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import train_step
-from common.errors import DataError
+from common.training import train_step
+from common.contract.errors import DataError
 from configs import inception_v4 as config_lib
 import helpers
 from inception_finetune import inception_v4 as iv

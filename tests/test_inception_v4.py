@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from common.errors import ConfigError
+from common.contract.errors import ConfigError
 from inception_finetune import inception_v4 as iv
 
 # A copy of ../shared/fixtures/inception_v4_slim_variables.tsv: a checkpoint written by TF-Slim itself.

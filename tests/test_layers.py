@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import layers
+from common.nn import layers
 
 
 def _run(layer, images, upstream, training):

@@ -21,15 +21,20 @@ PACKAGES = ("common", "configs", "scripts") + tuple(TRAINERS)
 SHARED_FILES = ("task.py", "data.py", "train.py", "evaluate.py", "metrics.py")
 
 
-def project_modules():
-  """{dotted module name: path} of every Python file of the project's packages."""
+# common/'s layers from the bottom: a package imports only packages of lower rank (and itself);
+# data/ and nn/ share a rank and do not import each other.
+LAYERS = {"contract": 0, "runtime": 1, "data": 2, "nn": 2, "training": 3, "app": 4}
+
+
+def project_modules(root=REPO_ROOT):
+  """{dotted module name: path} of every Python file of the project's packages under root."""
   modules = {}
   for package in PACKAGES:
-    for folder, _, files in os.walk(os.path.join(REPO_ROOT, package)):
+    for folder, _, files in os.walk(os.path.join(root, package)):
       for name in files:
         if name.endswith(".py"):
           path = os.path.join(folder, name)
-          dotted = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
+          dotted = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
           modules[dotted.removesuffix(".__init__")] = path
   return modules
 
@@ -55,9 +60,44 @@ def imports_of(path, modules):
   return found
 
 
-def import_graph():
-  modules = project_modules()
+def import_graph(root=REPO_ROOT):
+  modules = project_modules(root)
   return {name: imports_of(path, modules) for name, path in modules.items()}
+
+
+def layer_violations(root=REPO_ROOT):
+  """The imports of common/ that run against LAYERS, one line each; every module of common/ in a layer."""
+  problems = []
+  for module, imports in import_graph(root).items():
+    parts = module.split(".")
+    if parts[0] != "common" or len(parts) == 1:
+      continue
+    if parts[1] not in LAYERS:
+      problems.append(f"{module} is in no layer of common/ ({', '.join(LAYERS)})")
+      continue
+    for imported, line, _ in imports:
+      target = imported.split(".")
+      if target[0] == "common" and len(target) > 1 and target[1] != parts[1] and (
+          LAYERS.get(target[1], len(LAYERS)) >= LAYERS[parts[1]]):
+        problems.append(f"{module} line {line} imports {imported}: common/{parts[1]}/ imports only "
+                        f"the layers below it")
+  return problems
+
+
+def test_common_imports_only_the_layers_below():
+  assert not layer_violations(), "\n".join(layer_violations())
+
+
+def test_an_import_against_the_layer_order_is_caught(tmp_path):
+  """The check itself: an import planted in a copy of common/ (the contract reaching up into the loop)."""
+  shutil.copytree(os.path.join(REPO_ROOT, "common"), tmp_path / "common",
+                  ignore=shutil.ignore_patterns("__pycache__"))
+  errors = tmp_path / "common" / "contract" / "errors.py"
+  errors.write_text(errors.read_text() + "\nfrom common.training import train_loop\n")
+  line = len(errors.read_text().splitlines())
+  assert layer_violations(str(tmp_path)) == [
+      f"common.contract.errors line {line} imports common.training.train_loop: common/contract/ "
+      "imports only the layers below it"]
 
 
 def test_no_lazy_imports_and_no_trainer_imports_another():

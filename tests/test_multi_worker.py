@@ -17,9 +17,9 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from common import distributed
-from common import hardware
-from common.errors import ConfigError
+from common.training import distributed
+from common.runtime import hardware
+from common.contract.errors import ConfigError
 import helpers
 from segmentation import task as task_lib
 
@@ -114,7 +114,8 @@ def segmentation_args(workdir, num_steps, *extra):
 # checkpoint and each offer of best weights, it prints the checkpoint files found under TMPDIR.
 AFTER_SAVES = """
 import glob, json, os, runpy, sys
-from common import checkpoints, run_state
+from common.training import checkpoints
+from common.training import run_state
 
 def reporting(save):
   def wrapped(*args):

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from common import optimizers
+from common.nn import optimizers
 from configs import inception_v4 as inception_config
 from inception_finetune import task as inception_task
 from segmentation import train

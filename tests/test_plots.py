@@ -2,7 +2,7 @@
 bar, class names on the axes (ids at a stride for many classes)."""
 import numpy as np
 
-from common import plots
+from common.training import plots
 from triplet import metrics
 
 

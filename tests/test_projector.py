@@ -16,8 +16,8 @@ from tensorboard.plugins import projector
 from tensorboard.plugins.projector import projector_plugin
 from werkzeug import test as werkzeug_test
 
-from common import summaries
-from common import task as common_task
+from common.training import summaries
+from common.training import evaluation as evaluation_lib
 import helpers
 from triplet import data as triplet_data
 from triplet import metrics
@@ -79,7 +79,7 @@ def test_the_eval_folder_holds_the_newest_evaluations_embeddings_of_the_held_out
 
   # The embeddings the model of the newest checkpoint (step 20's) gives those images.
   task = triplet_task.make_task(config, str(workdir), for_training=False)
-  predict = common_task.load_predict_fn(task, str(workdir))
+  predict = evaluation_lib.load_predict_fn(task, str(workdir))
   cfg = config.data
   expected = metrics.compute_embeddings(predict, triplet_data.make_eval_dataset(
       files, cfg.load_size, cfg.crop_size, cfg.normalization, cfg.eval_batch_size))

@@ -7,8 +7,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from common import cli
-from common import workdir as workdir_lib
+from common.app import cli
+from common.runtime import workdir as workdir_lib
 from helpers import make_config
 from inception_finetune import train
 

@@ -12,9 +12,9 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common import data as common_data
-from common.errors import ConfigError
-from common.errors import DataError
+from common.data import readers as common_data
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 import helpers
 from scripts import convert_to_tfrecord
 from segmentation import data as seg_data

@@ -15,7 +15,7 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common import task as common_task
+from common.training import evaluation as evaluation_lib
 import helpers
 from helpers import REPO_ROOT
 from helpers import free_port
@@ -68,7 +68,7 @@ def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(tmp_
   results = train.train_and_evaluate(config, str(tmp_path))
   task = task_lib.make_task(config, str(tmp_path))
   for saved_model in (None, str(tmp_path / "saved_model")):
-    scores = common_task.evaluate_saved(task, str(tmp_path), saved_model).metrics
+    scores = evaluation_lib.evaluate_saved(task, str(tmp_path), saved_model).metrics
     assert scores["miou"] == pytest.approx(results["eval"]["miou"], abs=1e-6), saved_model
   image_path = tmp_path / "photo.png"
   Image.fromarray(np.random.default_rng(0).integers(0, 255, (21, 30, 3), np.uint8)).save(image_path)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.errors import CheckpointError
+from common.contract.errors import CheckpointError
 from inception_finetune import inception_v4 as iv
 from inception_finetune import slim_checkpoint
 

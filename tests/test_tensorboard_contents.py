@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
-from common import summaries
+from common.training import summaries
 import helpers
 from inception_finetune import metrics as inception_metrics
 from inception_finetune import task as inception_task

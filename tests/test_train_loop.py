@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common import config as config_lib
-from common import diagnostics
-from common import optimizers
-from common import signals
-from common import startup
-from common import train_loop
-from common.errors import ConfigError
+from common.contract import config as config_lib
+from common.training import diagnostics
+from common.nn import optimizers
+from common.runtime import signals
+from common.app import startup
+from common.contract import task as task_lib
+from common.training import train_loop
+from common.contract.errors import TrainingDiverged
+from common.contract.errors import ConfigError
 from helpers import loop_task
 from helpers import read_events
 
@@ -84,7 +86,7 @@ def run_training(tmp_path, config, model, loss_fn=pixel_loss_fn, image_summaries
                                           learning_rate)
   task = loop_task(patch_dataset(), loss_fn, metrics_fn, image_summaries_fn)
   return train_loop.train(config, str(tmp_path), strategy=strategy, model=model, task=task,
-                          phases=[train_loop.Phase("train", config.train.num_steps, optimizer)])
+                          phases=[task_lib.Phase("train", config.train.num_steps, optimizer)])
 
 
 def scale_weights(model, factor):
@@ -168,7 +170,7 @@ def test_consecutive_nonfinite_steps_stop_with_a_report_naming_the_layer(tmp_pat
   x = keras.layers.Rescaling(1e30, name="overflows")(x)
   logits = keras.layers.Conv2D(2, 1, name="logits")(x)
   model = keras.Model(inputs, logits)
-  with pytest.raises(train_loop.TrainingDiverged) as error:
+  with pytest.raises(TrainingDiverged) as error:
     run_training(tmp_path, config, model)
   message = str(error.value)
   assert "3 non-finite steps in a row, the last at step 3" in message
@@ -325,7 +327,7 @@ def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=
     optimizer = optimizers.make_optimizer(config.optimizer, False, config.train.num_steps)
   task = loop_task(dataset or indexed_dataset(), loss_fn)
   results = train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
-                             phases=[train_loop.Phase("train", steps, optimizer)])
+                             phases=[task_lib.Phase("train", steps, optimizer)])
   return results, model
 
 
@@ -371,7 +373,7 @@ def test_nonfinite_steps_inside_a_call_are_skipped_counted_and_named(tmp_path, c
 
 def test_the_consecutive_limit_inside_a_call_stops_at_that_step_with_the_last_finite_weights(tmp_path):
   keras.utils.set_random_seed(0)
-  with pytest.raises(train_loop.TrainingDiverged) as error:
+  with pytest.raises(TrainingDiverged) as error:
     run_regression(tmp_path / "diverged", 10, poisoned_loss([2, 3, 4]), max_consecutive=3)
   assert "3 non-finite steps in a row, the last at step 5" in str(error.value)
   assert checkpoint_values(tmp_path / "diverged")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 5

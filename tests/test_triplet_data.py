@@ -7,7 +7,7 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common.errors import DataError
+from common.contract.errors import DataError
 from configs import triplet as triplet_config
 from triplet import data
 

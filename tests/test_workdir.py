@@ -16,16 +16,17 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common import checkpoints
-from common import cli
-from common import config as config_lib
-from common import export as export_lib
-from common import optimizers
-from common import signals
-from common import startup
-from common import train_loop
-from common.errors import CheckpointError
-from common.errors import WorkdirError
+from common.training import checkpoints
+from common.app import cli
+from common.contract import config as config_lib
+from common.app import export as export_lib
+from common.nn import optimizers
+from common.runtime import signals
+from common.app import startup
+from common.contract import task as task_lib
+from common.training import train_loop
+from common.contract.errors import CheckpointError
+from common.contract.errors import WorkdirError
 from helpers import REPO_ROOT
 from helpers import loop_task
 from helpers import make_config
@@ -61,7 +62,7 @@ def run_loop(workdir, config, metrics_fn=None, fingerprint=None):
   task = loop_task(regression_data(), mse_loss, metrics_fn)
   task.input_fingerprint = fingerprint or {"train.batch_size": config.train.batch_size}
   return train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
-                          phases=[train_loop.Phase("train", config.train.num_steps, optimizer)])
+                          phases=[task_lib.Phase("train", config.train.num_steps, optimizer)])
 
 
 def checkpoint_step(workdir):
@@ -112,7 +113,7 @@ def test_a_second_signal_exits_at_once():
   # The first is recorded for the next safe point; a second of the same kind ends the program now
   # (no TensorFlow needed to show it: the handler never touches it).
   result = run_python(["-c", "import os, signal, time\n"
-                       "from common import signals\n"
+                       "from common.runtime import signals\n"
                        "signals.install()\n"
                        "os.kill(os.getpid(), signal.SIGINT)\n"
                        "assert signals.pending() == signal.SIGINT\n"

@@ -11,8 +11,8 @@ from unittest import mock
 import pytest
 import tensorflow as tf
 
-from common import distributed
-from common import hardware
+from common.training import distributed
+from common.runtime import hardware
 from test_multi_worker import TIMEOUT_S
 from test_multi_worker import _worker_pids
 from test_multi_worker import finish

@@ -17,10 +17,10 @@ from PIL import Image
 from PIL import ImageDraw
 import tensorflow as tf
 
-from common import data as common_data
-from common import normalization
-from common.errors import ConfigError
-from common.errors import DataError
+from common.data import readers as common_data
+from common.data import normalization
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 
 # What batches do with identities that have fewer than K images.
 SMALL_IDENTITY_MODES = ("error", "drop", "repeat")

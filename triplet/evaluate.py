@@ -7,7 +7,7 @@ Metrics go to stdout as JSON (val_at_far_1e-3 as "n/a (...)" when the pairs are 
 as "pooled ..." beside val_at_far_1e-3_pooled when only all folds together have enough);
 the ROC curve of the verification pairs to roc.png in --report_dir (default <workdir>/eval).
 """
-from common import process
+from common.runtime import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
@@ -15,10 +15,10 @@ if __name__ == "__main__":
 import json
 import os
 
-from common import cli
-from common import startup
-from common import task as common_task
-from common.errors import ConfigError
+from common.app import cli
+from common.app import startup
+from common.training import evaluation as evaluation_lib
+from common.contract.errors import ConfigError
 from triplet import metrics
 from triplet import task as task_lib
 
@@ -32,7 +32,7 @@ def main(argv):
     raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
   task = task_lib.make_task(config, workdir, for_training=False)
   report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
-  evaluation = common_task.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
+  evaluation = evaluation_lib.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
   # A VAL@FAR not measured per fold is printed as its note (the metrics themselves stay numbers).
   results = dict(evaluation.metrics)
   if metrics.VAL_AT_FAR in task.data_report:

@@ -7,7 +7,7 @@ average pooling and a dense embedding projected onto the unit sphere.
 """
 import keras
 
-from common.layers import BatchNorm, l2_regularizer
+from common.nn.layers import BatchNorm, l2_regularizer
 
 # Layer names other modules look up.
 RAW_EMBEDDING = "raw_embedding"

@@ -12,14 +12,15 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from common import config as config_lib
-from common import data as common_data
-from common import export as export_lib
-from common import normalization
-from common import plots
-from common import summaries
-from common import task as task_lib
-from common.errors import ConfigError
+from common.contract import config as config_lib
+from common.data import readers as common_data
+from common.app import export as export_lib
+from common.data import normalization
+from common.training import plots
+from common.training import summaries
+from common.contract import task as task_lib
+from common.nn import optimizers
+from common.contract.errors import ConfigError
 from triplet import data as data_lib
 from triplet import losses
 from triplet import metrics
@@ -171,7 +172,7 @@ def export_model(model, path, data_config):
 
 
 def projector_points(paths, load_size, batch_size):
-  """embeddings_of({path: embedding}) -> an Evaluation's embeddings() (common/task.py) for
+  """embeddings_of({path: embedding}) -> an Evaluation's embeddings() (common/contract/task.py) for
   TensorBoard's Projector: the embeddings of `paths`, each image's identity (its folder) and file,
   and its thumbnail, the file read at thumbnail size once, at the first evaluation that writes them."""
   metadata = {"identity": [os.path.basename(os.path.dirname(path)) for path in paths], "file": paths}
@@ -263,7 +264,7 @@ def make_task(config, workdir, for_training=True):
           cfg.crop_size, cfg.normalization, config.seed, cfg.random_flip),
       eval_dataset=eval_dataset,
       build_model=lambda: build_model(config, len(identities)),
-      make_phases=lambda model, mixed: task_lib.single_phase(config.train.num_steps, config.optimizer,
+      make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
       loss_fn=(softmax_loss_fn if softmax else
                make_triplet_loss_fn(config.loss.name, config.loss.margin, config.loss.squared,

@@ -5,7 +5,7 @@ triplet loss with online mining or the softmax sanity check, held-out
 evaluation) -> the evaluation before training -> the shared training loop ->
 a SavedModel from uint8 images to embeddings.
 """
-from common import process
+from common.runtime import process
 
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
@@ -16,12 +16,13 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from common import checkpoints
-from common import cli
-from common import distributed
-from common import startup
-from common import train_loop
-from common import workdir as workdir_lib
+from common.training import checkpoints
+from common.app import cli
+from common.training import distributed
+from common.training import evaluation as evaluation_lib
+from common.app import startup
+from common.training import train_loop
+from common.runtime import workdir as workdir_lib
 from triplet import task as task_lib
 
 
@@ -36,7 +37,7 @@ def evaluate_before_training(task, model, workdir):
   if not os.path.exists(path):
     if tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)):
       return {}
-    untrained, raw_pixels = task.make_evaluate_fn(model)(), task_lib.raw_pixel_evaluation(task)
+    untrained, raw_pixels = evaluation_lib.make_evaluate_fn(task, model)(), task_lib.raw_pixel_evaluation(task)
     results = dict(untrained.metrics, **{RAW_PIXELS + k: v for k, v in raw_pixels.metrics.items()})
     workdir_lib.write_json(path, results)
     if untrained.curves:  # verification pairs: their ROC curves go beside the trained one in roc.png

@@ -1,7 +1,7 @@
 """The state of one training run between compiled calls: step, counters, checkpoints, metrics.json.
 
 It reads checkpoints from the workdir and writes into `out`: the workdir on the chief, a
-temporary folder on other workers (common.distributed.chief_path).
+temporary folder on other workers (common.training.distributed.chief_path).
 """
 import json
 import os
@@ -10,21 +10,22 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from common import checkpoints as checkpoints_lib
-from common import diagnostics
-from common import distributed
-from common import hardware
-from common import summaries as summaries_lib
-from common import workdir as workdir_lib
-from common.errors import CheckpointError
-from common.errors import WorkdirError
+from common.training import checkpoints as checkpoints_lib
+from common.training import diagnostics
+from common.training import distributed
+from common.training import evaluation as evaluation_lib
+from common.runtime import hardware
+from common.training import summaries as summaries_lib
+from common.runtime import workdir as workdir_lib
+from common.contract.errors import CheckpointError
+from common.contract.errors import WorkdirError
 
 
 class RunState:
   """State of one call to `train`: what the loop reads and writes between compiled calls.
 
   It reads checkpoints from `workdir` and writes into `out`: the workdir on the chief, a
-  temporary folder on the other workers (common.distributed.chief_path).
+  temporary folder on the other workers (common.training.distributed.chief_path).
   """
 
   def __init__(self, config, workdir, out, strategy, model, phases, task):
@@ -39,7 +40,7 @@ class RunState:
     self.stop_flag = tf.Variable(0.0, trainable=False, name="stop_flag") if self.workers > 1 else None
     self.model = model
     self.phases = phases
-    self.evaluate_fn = task.make_evaluate_fn(model)
+    self.evaluate_fn = evaluation_lib.make_evaluate_fn(task, model)
     self.image_summaries_fn = task.image_summaries_fn
     self.data_report = task.data_report
     self.total_steps = sum(p.num_steps for p in phases)

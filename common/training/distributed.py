@@ -16,10 +16,10 @@ import tempfile
 from absl import logging
 import tensorflow as tf
 
-from common import hardware
-from common import workdir as workdir_lib
-from common.errors import CheckpointError
-from common.errors import ConfigError
+from common.runtime import hardware
+from common.runtime import workdir as workdir_lib
+from common.contract.errors import CheckpointError
+from common.contract.errors import ConfigError
 
 
 def batch_sizes(global_batch, strategy, workers):

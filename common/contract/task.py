@@ -8,23 +8,11 @@ An evaluation's Task (for_training=False) reads only what evaluation uses: it
 has no training dataset, and the fields that only training uses may be None.
 """
 import dataclasses
-import os
 from typing import Callable, Optional
 
 from absl import logging
 import keras
 import tensorflow as tf
-
-from common import checkpoints
-from common import optimizers
-from common import run_log
-from common import signals
-from common import train_loop
-from common import workdir as workdir_lib
-from common.errors import CheckpointError
-
-# A signal stops an evaluation before its next batch (the training loop says what it saved).
-_DURING_EVALUATION = "during the evaluation; nothing was written"
 
 
 @dataclasses.dataclass
@@ -64,7 +52,7 @@ class Task:
     eval_dataset: what make_predict_fn's function takes, in batches: (inputs, targets) or inputs.
     build_model: builds the training model (call inside the strategy scope, after the precision
       policy is set).
-    make_phases: make_phases(model, mixed_precision) -> [train_loop.Phase].
+    make_phases: make_phases(model, mixed_precision) -> [Phase].
     loss_fn: loss_fn(model, batch, training) -> (scalar float32 loss, {name: scalar}).
     make_predict_fn: make_predict_fn(model) -> a compiled predict(inputs) giving the outputs that
       evaluate scores (the same outputs as the exported SavedModel's).
@@ -108,49 +96,15 @@ class Task:
   calibrate: Optional[Callable[[keras.Model], None]] = None
   run_files: dict = dataclasses.field(default_factory=dict)
 
-  def make_evaluate_fn(self, model):
-    """evaluate_fn() -> Evaluation of `model`'s current weights, compiled once."""
-    predict = signals.checked(self.make_predict_fn(model), _DURING_EVALUATION)
-    extra = self.make_extra_eval_fn(model) if self.make_extra_eval_fn else None
 
-    def evaluate_fn():
-      if self.calibrate:
-        self.calibrate(model)
-      evaluation = self.evaluate(predict, False)
-      if extra:
-        evaluation.metrics.update(extra())
-      return evaluation
+@dataclasses.dataclass
+class Phase:
+  """A stretch of training with its own optimizer and its own trainable set.
 
-    return evaluate_fn
-
-
-def single_phase(num_steps, optimizer_config, mixed_precision):
-  """The phase list of a trainer that trains every layer with one optimizer."""
-  return [train_loop.Phase("train", num_steps,
-                           optimizers.make_optimizer(optimizer_config, mixed_precision, num_steps))]
-
-
-def load_predict_fn(task, workdir, saved_model=None):
-  """The predict function of a SavedModel, or of the newest checkpoint in workdir."""
-  if saved_model:
-    if not os.path.isdir(saved_model):
-      raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
-    return task.saved_model_predict_fn(tf.saved_model.load(saved_model).signatures["serving_default"])
-  model = task.build_model()
-  logging.info("evaluating %s", checkpoints.restore_model(model, workdir))
-  if task.calibrate:
-    task.calibrate(model)
-  return task.make_predict_fn(model)
-
-
-def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
-  """Scores a SavedModel or the newest checkpoint; writes the report into report_dir if given."""
-  predict = signals.checked(load_predict_fn(task, workdir, saved_model), _DURING_EVALUATION)
-  if report_dir:
-    with workdir_lib.writing(report_dir, flag="--report_dir"):
-      os.makedirs(report_dir, exist_ok=True)
-    run_log.keep_in(os.path.join(report_dir, "eval.log"))
-  evaluation = task.evaluate(predict, bool(saved_model))
-  if report_dir:
-    evaluation.write(report_dir)
-  return evaluation
+  prepare() sets `layer.trainable` for the phase (frozen BatchNorm layers then
+  run in inference mode); the phase trains `model.trainable_variables` after it.
+  """
+  name: str
+  num_steps: int
+  optimizer: keras.optimizers.Optimizer
+  prepare: Optional[Callable[[], None]] = None

@@ -23,3 +23,8 @@ class CheckpointError(UserError):
 
 class WorkdirError(UserError):
   """The workdir cannot be used: a file, read-only, full, or locked by another run."""
+
+
+class TrainingDiverged(Exception):
+  """Too many non-finite steps in a row; the message says where the values went non-finite (exit
+  code 3, not a user error)."""

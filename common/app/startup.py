@@ -1,10 +1,10 @@
 """The start of every run: the shared config check, the workdir, devices, determinism, precision."""
 import keras
 
-from common import config as config_lib
-from common import hardware
-from common import signals
-from common import workdir as workdir_lib
+from common.contract import config as config_lib
+from common.runtime import hardware
+from common.runtime import signals
+from common.runtime import workdir as workdir_lib
 
 
 def prepare_run(config, workdir=None):

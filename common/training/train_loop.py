@@ -18,43 +18,24 @@ restores BatchNorm statistics that such a step's forward pass touched; the loop
 counts the step, and stops the run at that step with a report after
 `train.max_consecutive_nonfinite` in a row.
 """
-import dataclasses
 import os
 import signal
 import time
-from typing import Callable, Optional
 
 from absl import logging
-import keras
 import tensorflow as tf
 
-from common import checkpoints as checkpoints_lib
-from common import diagnostics
-from common import distributed
-from common import run_log
-from common import run_state
-from common import signals as signals_lib
-from common import summaries as summaries_lib
-from common import train_step as train_step_lib
-from common import workdir as workdir_lib
-from common.errors import DataError
-
-
-class TrainingDiverged(Exception):
-  """Too many non-finite steps in a row; the message says where the values went non-finite."""
-
-
-@dataclasses.dataclass
-class Phase:
-  """A stretch of training with its own optimizer and its own trainable set.
-
-  prepare() sets `layer.trainable` for the phase (frozen BatchNorm layers then
-  run in inference mode); the phase trains `model.trainable_variables` after it.
-  """
-  name: str
-  num_steps: int
-  optimizer: keras.optimizers.Optimizer
-  prepare: Optional[Callable[[], None]] = None
+from common.training import checkpoints as checkpoints_lib
+from common.training import diagnostics
+from common.training import distributed
+from common.runtime import run_log
+from common.training import run_state
+from common.runtime import signals as signals_lib
+from common.training import summaries as summaries_lib
+from common.training import train_step as train_step_lib
+from common.runtime import workdir as workdir_lib
+from common.contract.errors import DataError
+from common.contract.errors import TrainingDiverged
 
 
 def make_train_loop(train_step, iterator, strategy, step, max_consecutive, stop_flag=None):
@@ -116,7 +97,7 @@ def _format_seconds(seconds):
 def train(config, workdir, *, strategy, model, phases, task):
   """Trains `model` through `phases` and returns the final metrics (also in workdir/metrics.json).
 
-  From the task (common/task.py) the loop takes the training dataset of
+  From the task (common/contract/task.py) the loop takes the training dataset of
   (inputs, targets) batches, the loss function, the evaluation, the image
   summaries and the input fingerprint. The workdir is locked for the run;
   training resumes from its newest checkpoint; the resolved config is written

@@ -23,8 +23,8 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common.errors import ConfigError
-from common.errors import DataError
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 
 # Formats that both PIL and tf.io.decode_image read, so a file PIL accepts up
 # front does not fail later inside the input pipeline.

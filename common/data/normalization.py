@@ -2,7 +2,7 @@
 import keras
 import tensorflow as tf
 
-from common.errors import ConfigError
+from common.contract.errors import ConfigError
 
 
 def to_unit_range(image):

@@ -11,8 +11,8 @@ import tempfile
 
 import tensorflow as tf
 
-from common import signals
-from common.errors import WorkdirError
+from common.runtime import signals
+from common.contract.errors import WorkdirError
 
 CLASS_NAMES_ASSET = "class_names.txt"
 

@@ -15,7 +15,7 @@ import typing
 
 import ml_collections
 
-from common.errors import ConfigError
+from common.contract.errors import ConfigError
 
 # Learning rates outside this range are almost always a typo (the original
 # question trained at 1e-50 and nothing moved); `allow_extreme_learning_rate` opts out.

@@ -7,6 +7,8 @@ Each phase has its own optimizer, so a schedule counts the steps of its phase fr
 import keras
 import tensorflow as tf
 
+from common.contract.task import Phase
+
 # Decoupled weight decay (AdamW) shrinks kernels only: biases and BatchNorm's offsets and scales
 # are left alone, as in Loshchilov & Hutter's and most recipes.
 NO_WEIGHT_DECAY = ["bias", "beta", "gamma"]
@@ -66,3 +68,8 @@ class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
     ramp = tf.minimum(1.0, (tf.cast(step, tf.float32) + 1.0) / float(self.warmup_steps))
     return self.schedule(step) * ramp
 
+
+
+def single_phase(num_steps, optimizer_config, mixed_precision):
+  """The phase list of a trainer that trains every layer with one optimizer."""
+  return [Phase("train", num_steps, make_optimizer(optimizer_config, mixed_precision, num_steps))]

@@ -19,7 +19,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from common.errors import ConfigError
+from common.contract.errors import ConfigError
 
 # Kernels in the pip wheels of the supported range, newest release first
 # (tf.sysconfig.get_build_info()['cuda_compute_capabilities']); 2.17 to 2.21
@@ -307,7 +307,7 @@ def set_determinism(seed, deterministic):
 
 
 def make_strategy(name="auto"):
-  """The tf.distribute strategy of `distribution.strategy` (see common/config.py).
+  """The tf.distribute strategy of `distribution.strategy` (see common/contract/config.py).
 
   auto: MultiWorkerMirroredStrategy when TF_CONFIG is set (Kubeflow, scripts/launch_workers.py),
   MirroredStrategy with several local GPUs, else the default one-device strategy. Create it

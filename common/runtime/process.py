@@ -1,6 +1,6 @@
 """What every command does before it imports TensorFlow (no TensorFlow import here).
 
-Signals are recorded from the first moment (common/signals.py), and TensorFlow's C++ log level is
+Signals are recorded from the first moment (common/runtime/signals.py), and TensorFlow's C++ log level is
 set (unless the user set TF_CPP_MIN_LOG_LEVEL), so that a run's output starts with its own lines.
 TensorFlow 2.17 and later print their import banner through absl's C++ logging before it is
 initialized, whatever the level says: the import and the CUDA probe run with stderr captured, and
@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 
-from common import signals
+from common.runtime import signals
 
 LEVEL = "2"  # C++ INFO and WARNING lines off, errors (a failed CUDA library load) on
 

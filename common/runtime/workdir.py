@@ -26,9 +26,9 @@ try:
 except ImportError:  # Windows
   fcntl = None
 
-from common import config as config_lib
-from common.errors import CheckpointError
-from common.errors import WorkdirError
+from common.contract import config as config_lib
+from common.contract.errors import CheckpointError
+from common.contract.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
 CONFIG_HISTORY_DIR = "configs"

@@ -16,15 +16,15 @@ from absl import logging
 from ml_collections import config_flags
 import tensorflow as tf
 
-from common import checkpoints
-from common import config as config_lib
-from common import run_log
-from common import signals
-from common import train_loop
-from common import workdir as workdir_lib
-from common.errors import CheckpointError
-from common.errors import UserError
-from common.errors import WorkdirError
+from common.training import checkpoints
+from common.contract import config as config_lib
+from common.runtime import run_log
+from common.runtime import signals
+from common.runtime import workdir as workdir_lib
+from common.contract.errors import CheckpointError
+from common.contract.errors import TrainingDiverged
+from common.contract.errors import UserError
+from common.contract.errors import WorkdirError
 
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
@@ -204,7 +204,7 @@ def run_guarded(function, *args):
 
   The CLIs run their main through it, and tests run train_and_evaluate through
   it to check the exits of many bad inputs in one interpreter. Signals are recorded from the
-  start (common/signals.py) and honoured at the next safe point with one line saying what was
+  start (common/runtime/signals.py) and honoured at the next safe point with one line saying what was
   kept.
   """
   with signals.recording():
@@ -213,7 +213,7 @@ def run_guarded(function, *args):
       return function(*args)
     except UserError as e:
       fail(str(e))
-    except train_loop.TrainingDiverged as e:
+    except TrainingDiverged as e:
       fail(f"training diverged: {e}", EXIT_DIVERGED)
     except signals.Interrupted as e:
       print(str(e), file=sys.stderr, flush=True)

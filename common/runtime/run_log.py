@@ -9,7 +9,7 @@ import logging.handlers
 
 from absl import logging as absl_logging
 
-from common import workdir as workdir_lib
+from common.runtime import workdir as workdir_lib
 
 _held = []  # the MemoryHandler of start(), until keep_in()
 

@@ -7,10 +7,10 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from common import distributed
-from common import workdir as workdir_lib
-from common.errors import CheckpointError
-from common.errors import ConfigError
+from common.training import distributed
+from common.runtime import workdir as workdir_lib
+from common.contract.errors import CheckpointError
+from common.contract.errors import ConfigError
 
 
 def checkpoint_dir(workdir):

@@ -1,0 +1,57 @@
+"""Scoring a model: its current weights during training, the newest checkpoint of a run, or a
+SavedModel, through the trainer's Task.evaluate."""
+import os
+
+from absl import logging
+import tensorflow as tf
+
+from common.contract.errors import CheckpointError
+from common.runtime import run_log
+from common.runtime import signals
+from common.runtime import workdir as workdir_lib
+from common.training import checkpoints
+
+# A signal stops an evaluation before its next batch (the training loop says what it saved).
+_DURING_EVALUATION = "during the evaluation; nothing was written"
+
+
+def make_evaluate_fn(task, model):
+  """evaluate_fn() -> Evaluation of `model`'s current weights, compiled once."""
+  predict = signals.checked(task.make_predict_fn(model), _DURING_EVALUATION)
+  extra = task.make_extra_eval_fn(model) if task.make_extra_eval_fn else None
+
+  def evaluate_fn():
+    if task.calibrate:
+      task.calibrate(model)
+    evaluation = task.evaluate(predict, False)
+    if extra:
+      evaluation.metrics.update(extra())
+    return evaluation
+
+  return evaluate_fn
+
+
+def load_predict_fn(task, workdir, saved_model=None):
+  """The predict function of a SavedModel, or of the newest checkpoint in workdir."""
+  if saved_model:
+    if not os.path.isdir(saved_model):
+      raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
+    return task.saved_model_predict_fn(tf.saved_model.load(saved_model).signatures["serving_default"])
+  model = task.build_model()
+  logging.info("evaluating %s", checkpoints.restore_model(model, workdir))
+  if task.calibrate:
+    task.calibrate(model)
+  return task.make_predict_fn(model)
+
+
+def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
+  """Scores a SavedModel or the newest checkpoint; writes the report into report_dir if given."""
+  predict = signals.checked(load_predict_fn(task, workdir, saved_model), _DURING_EVALUATION)
+  if report_dir:
+    with workdir_lib.writing(report_dir, flag="--report_dir"):
+      os.makedirs(report_dir, exist_ok=True)
+    run_log.keep_in(os.path.join(report_dir, "eval.log"))
+  evaluation = task.evaluate(predict, bool(saved_model))
+  if report_dir:
+    evaluation.write(report_dir)
+  return evaluation
