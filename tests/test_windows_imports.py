@@ -1,5 +1,7 @@
 """Windows has no fcntl: a trainer runs with it hidden, and its workdir lock still refuses a second run
-and takes over one left by a killed run. Nor has it SIGKILL: the launcher kills workers through Popen.kill."""
+and takes over one left by a killed run (filelock then falls back to a lock file whose dead owner it
+detects; on Windows it takes a kernel lock). Nor has it SIGKILL: the launcher kills workers through
+Popen.kill."""
 import os
 import signal
 import socket
@@ -28,13 +30,23 @@ runpy.run_module("segmentation.train", run_name="__main__", alter_sys=True)
 """
 
 
+# Takes the workdir lock with fcntl hidden and exits without releasing it, as a killed run would.
+KILLED_RUN = """
+import os, sys
+sys.modules["fcntl"] = None
+from common.runtime import workdir
+held = workdir.locked(sys.argv[1])  # kept, so that no garbage collection releases it
+held.__enter__()
+os._exit(0)
+"""
+
+
 @pytest.mark.slow
 def test_smoke_run_without_fcntl_trains_exports_and_keeps_the_lock(tmp_path):
   workdir = tmp_path / "run"
-  os.makedirs(workdir)
-  ended = subprocess.Popen([sys.executable, "-c", "pass"])
-  ended.wait()  # its pid names no running process: the LOCK of a killed run
-  (workdir / "LOCK").write_text(f"pid {ended.pid} on {socket.gethostname()}")
+  killed = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(workdir)], cwd=REPO_ROOT)
+  assert killed.wait(timeout=300) == 0
+  assert (workdir / "LOCK.owner").read_text() == f"pid {killed.pid} on {socket.gethostname()}"
   command = ["-c", RUNNER, "--config=configs/segmentation.py:smoke", "--config.train.log_every=1",
              f"--config.data.cache_dir={tmp_path / 'data'}", f"--workdir={workdir}"]
   first = subprocess.Popen([sys.executable] + command, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
@@ -48,7 +60,7 @@ def test_smoke_run_without_fcntl_trains_exports_and_keeps_the_lock(tmp_path):
     else:
       pytest.fail("".join(output)[-3000:])
     first.send_signal(signal.SIGSTOP)  # holds the lock, whatever the machine's speed
-    assert (workdir / "LOCK").read_text() == f"pid {first.pid} on {socket.gethostname()}"
+    assert (workdir / "LOCK.owner").read_text() == f"pid {first.pid} on {socket.gethostname()}"
     second = run_python(command)
     first.send_signal(signal.SIGCONT)
     output += first.stderr.readlines()
@@ -57,15 +69,14 @@ def test_smoke_run_without_fcntl_trains_exports_and_keeps_the_lock(tmp_path):
     first.kill()
     first.wait()
   text = "".join(output)
-  assert f"taking over the lock of pid {ended.pid} on {socket.gethostname()}" in text
+  assert f"taking over the lock of pid {killed.pid} on {socket.gethostname()}" in text
   assert os.path.isfile(workdir / "saved_model" / "saved_model.pb")
-  assert not os.path.exists(workdir / "LOCK")  # released
+  assert not os.path.exists(workdir / "LOCK") and not os.path.exists(workdir / "LOCK.owner")  # released
 
   assert second.returncode == 2, second.stderr[-3000:]
   last = second.stderr.strip().splitlines()[-1]
   assert last == (f"error: {workdir} is in use by another run (pid {first.pid} on {socket.gethostname()}); "
-                  f"wait for it to end or stop it, or choose another --workdir; if that run is gone, delete "
-                  f"{workdir / 'LOCK'}"), last
+                  "wait for it to end or stop it, or choose another --workdir"), last
 
 
 def test_the_launcher_kills_a_worker_that_ignores_sigterm(tmp_path):

@@ -22,6 +22,7 @@ from common.contract import config as config_lib
 from common.app import export as export_lib
 from common.nn import optimizers
 from common.runtime import signals
+from common.runtime import workdir as workdir_lib
 from common.app import startup
 from common.contract import task as task_lib
 from common.training import train_loop
@@ -294,6 +295,17 @@ def test_a_locked_workdir_names_the_other_run_and_a_dead_one_is_taken_over(tmp_p
   third = run_python(command[:3] + ["--config.train.num_steps=3"] + command[4:])
   assert third.returncode == 0, third.stderr[-2000:]
   assert f"taking over the lock of pid {first.pid}" in third.stderr
+
+
+def test_a_lock_held_from_another_host_is_refused_with_how_to_free_it(tmp_path):
+  with workdir_lib.locked(str(tmp_path)):
+    (tmp_path / "LOCK.owner").write_text("pid 7 on another-host")  # as a run on a shared folder writes it
+    with pytest.raises(WorkdirError) as error:
+      with workdir_lib.locked(str(tmp_path)):
+        pass
+  assert str(error.value) == (f"{tmp_path} is in use by another run (pid 7 on another-host); wait for it to "
+                              f"end or stop it, or choose another --workdir; if that run is gone, delete "
+                              f"{tmp_path / 'LOCK'}")
 
 
 def export_tiny(model, path):

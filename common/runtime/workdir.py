@@ -1,12 +1,10 @@
 """The workdir of a run: one run at a time, no leftovers of killed runs, and a history of configs.
 
 Every OS error on the workdir becomes a WorkdirError: one line naming the path
-and what to do. The lock is <workdir>/LOCK, which holds its owner ("pid N on host"). Where fcntl
-exists (POSIX) it is an flock, which the kernel releases when its process dies (kill -9 included), so
-a lock left behind by a dead run never blocks the next one. Where it does not (Windows), the file is
-created exclusively and removed on release; one left by a killed run is taken over once its owner no
-longer runs on this host (psutil tells, on every platform). A lock of another host cannot be checked
-that way: it is refused, and the message says to delete the file if that run is gone.
+and what to do. The lock is <workdir>/LOCK, a kernel lock (filelock: flock on POSIX, LockFileEx on
+Windows) that ends with its process, kill -9 included, so a lock left behind by a dead run never
+blocks the next one. Its holder is named in <workdir>/LOCK.owner ("pid N on host"), a file apart:
+a contender cannot read a locked file on Windows, and filelock 3 empties LOCK at every attempt.
 """
 import contextlib
 import datetime
@@ -14,24 +12,22 @@ import errno
 import glob
 import json
 import os
-import re
 import shutil
 import socket
 
 from absl import logging
+import filelock
 import psutil
-
-try:
-  import fcntl
-except ImportError:  # Windows
-  fcntl = None
 
 from common.contract import config as config_lib
 from common.contract.errors import CheckpointError
 from common.contract.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
+OWNER_FILENAME = "LOCK.owner"
 CONFIG_HISTORY_DIR = "configs"
+
+
 def os_error_line(path, error, flag="--workdir"):
   """One line for an OS error on `path` (given by command-line flag `flag`): what happened and what to do."""
   reason = error.strerror or str(error)
@@ -81,93 +77,48 @@ def check_saved_model(path):
 
 @contextlib.contextmanager
 def locked(workdir):
-  """Holds <workdir>/LOCK for the block; another run holding it is one line naming its process."""
+  """Holds <workdir>/LOCK for the block, named in LOCK.owner; a run holding it is one line naming it.
+
+  An owner left in LOCK.owner while the lock is free is a run that ended without releasing it
+  (killed): the lock is taken over with a warning. A lock held from another host (a shared folder)
+  may outlive a run that host lost, so its refusal says to delete LOCK if that run is gone.
+  """
   path = os.path.join(workdir, LOCK_FILENAME)
+  owner_path = os.path.join(workdir, OWNER_FILENAME)
   with writing(workdir):
     os.makedirs(workdir, exist_ok=True)
-  owner = f"pid {os.getpid()} on {socket.gethostname()}"
-  with (_flock if fcntl else _created_lock)(workdir, path, owner):
-    yield
-
-
-def _in_use(workdir, owner, hint=""):
-  return WorkdirError(f"{workdir} is in use by another run ({owner or 'unknown process'}); wait for it to "
-                      f"end or stop it, or choose another --workdir{hint}")
-
-
-def _taking_over(workdir, previous):
-  logging.warning("taking over the lock of %s in %s: that run ended without releasing it", previous, workdir)
-
-
-@contextlib.contextmanager
-def _flock(workdir, path, owner):
-  with writing(path):
-    handle = open(path, "a+")
+  lock = filelock.FileLock(path)
   try:
-    try:
-      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      raise _in_use(workdir, _read_owner(handle)) from None
-    previous = _read_owner(handle)
+    lock.acquire(timeout=0)
+  except filelock.Timeout:  # an OSError too, so caught first
+    owner = _read_owner(owner_path)
+    elsewhere = owner and not owner.endswith(f" on {socket.gethostname()}")
+    raise WorkdirError(f"{workdir} is in use by another run ({owner or 'unknown process'}); wait for it "
+                       f"to end or stop it, or choose another --workdir"
+                       f"{f'; if that run is gone, delete {path}' if elsewhere else ''}") from None
+  except OSError as e:
+    raise WorkdirError(os_error_line(path, e)) from None
+  try:
+    previous = _read_owner(owner_path)
     if previous:
-      _taking_over(workdir, previous)
-    with writing(path):
-      handle.seek(0)
-      handle.truncate()
-      handle.write(owner)
-      handle.flush()
-    try:
-      yield
-    finally:
-      handle.seek(0)
-      handle.truncate()
-  finally:
-    handle.close()  # releases the flock
-
-
-def _read_owner(handle):
-  handle.seek(0)
-  return handle.read().strip()
-
-
-@contextlib.contextmanager
-def _created_lock(workdir, path, owner):
-  """LOCK created exclusively, so two runs cannot both create it. One whose owner is gone (killed) or
-  empty (left by a run that used flock) is replaced. Without a kernel lock to arbitrate, two runs
-  could both go on if they replace the same stale LOCK at the same moment, or if one reads a LOCK in
-  the instant between its creation and its owner's name: races this cannot close."""
-  while True:
-    try:
-      descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-      break
-    except FileExistsError:
-      with writing(path), open(path) as f:
-        previous = f.read().strip()
-      if _owner_running(previous):
-        raise _in_use(workdir, previous, f"; if that run is gone, delete {path}") from None
-      if previous:
-        _taking_over(workdir, previous)
-      with writing(path), contextlib.suppress(FileNotFoundError):
-        os.remove(path)
-    except OSError as e:
-      raise WorkdirError(os_error_line(path, e)) from None
-  with writing(path), os.fdopen(descriptor, "w") as f:
-    f.write(owner)
-  try:
+      logging.warning("taking over the lock of %s in %s: that run ended without releasing it",
+                      previous, workdir)
+    with writing(owner_path), open(owner_path, "w") as f:
+      f.write(f"pid {os.getpid()} on {socket.gethostname()}")
     yield
   finally:
-    with writing(path), contextlib.suppress(FileNotFoundError):
-      os.remove(path)
+    try:
+      with writing(owner_path), contextlib.suppress(FileNotFoundError):
+        os.remove(owner_path)
+    finally:
+      lock.release()
 
 
-def _owner_running(owner):
-  """Whether the run named by a LOCK's "pid N on host" may still run: unknown hosts count as running."""
-  match = re.fullmatch(r"pid (\d+) on (.+)", owner)
-  if not match:
-    return False
-  if match.group(2) != socket.gethostname():
-    return True
-  return is_running(int(match.group(1)))
+def _read_owner(path):
+  """The owner named in LOCK.owner, or "" when there is none."""
+  with contextlib.suppress(OSError), open(path) as f:  # unreadable: the message says "unknown process"
+    return f.read().strip()
+  return ""
 
 
 def is_running(pid):
@@ -199,7 +150,7 @@ def write_run_config(config, workdir, files=None):
   latest_path = os.path.join(workdir, "config.json")
   if os.path.isfile(latest_path):
     with open(latest_path) as f:
-      changes = config_diff(json.load(f), json.loads(json.dumps(current, default=str)))
+      changes = config_lib.diff(json.load(f), config_lib.resolved(config))
     if changes:
       logging.info("config changes since the last run: %s", "; ".join(changes))
   history = os.path.join(workdir, CONFIG_HISTORY_DIR)
@@ -213,18 +164,6 @@ def write_run_config(config, workdir, files=None):
       with open(os.path.join(workdir, name), "w", newline="") as f:
         f.write(text)
       logging.info("wrote %s", os.path.join(workdir, name))
-
-
-def config_diff(old, new, prefix=""):
-  """['key: old -> new', ...] between two nested dicts."""
-  changes = []
-  for key in sorted(set(old) | set(new)):
-    a, b = old.get(key), new.get(key)
-    if isinstance(a, dict) and isinstance(b, dict):
-      changes += config_diff(a, b, f"{prefix}{key}.")
-    elif a != b:
-      changes.append(f"{prefix}{key}: {a!r} -> {b!r}")
-  return changes
 
 
 def write_json(path, payload):
