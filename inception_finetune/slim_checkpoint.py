@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract.errors import CheckpointError
+from common.contract.errors import first_line
 from inception_finetune.inception_v4 import SCOPE
 from inception_finetune.inception_v4 import slim_name
 
@@ -87,8 +88,7 @@ def read_variable_shapes(path):
   try:
     reader = tf.train.load_checkpoint(path)
   except (tf.errors.OpError, ValueError) as error:
-    message = str(error).splitlines()[0] if str(error) else type(error).__name__
-    raise CheckpointError(f"checkpoint {path} is unreadable: {message}") from None
+    raise CheckpointError(f"checkpoint {path} is unreadable: {first_line(error)}") from None
   return reader, reader.get_variable_to_shape_map()
 
 

@@ -74,7 +74,7 @@ def run_config(config_flag, workdir):
     for key, value in overrides.items():
       config_lib.set_value(config, key, value)
     logging.info("config: the run's own, %s%s", saved_path, " with --config.* flags on top" if overrides else "")
-  changes = workdir_lib.config_diff(saved, json.loads(json.dumps(config.to_dict(), default=str)))
+  changes = config_lib.diff(saved, config_lib.resolved(config))
   if changes:
     logging.info("config changes from the run's: %s", "; ".join(changes))
   return config

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from common.runtime import signals
 from common.contract.errors import WorkdirError
+from common.contract.errors import first_line
 
 CLASS_NAMES_ASSET = "class_names.txt"
 
@@ -51,7 +52,7 @@ def export_saved_model(model, serve, path, input_signature, class_names=()):
     shutil.rmtree(old, ignore_errors=True)
   except (OSError, tf.errors.OpError) as e:
     shutil.rmtree(tmp, ignore_errors=True)
-    reason = (getattr(e, "strerror", None) or str(e).strip() or type(e).__name__).splitlines()[0]
+    reason = getattr(e, "strerror", None) or first_line(e)
     raise WorkdirError(f"cannot export the SavedModel {path} ({reason}); the checkpoints"
                        f"{' and the previous export' if os.path.isdir(path) else ''} are intact: "
                        "free space or fix the path, then run the same command again to export") from None

@@ -308,6 +308,24 @@ def apply_saved(config, saved, prefix=""):
   return left_out
 
 
+def resolved(config):
+  """The config as config.json holds it: JSON values (lists for tuples, strings for other objects)."""
+  return json.loads(json.dumps(config.to_dict(), default=str))
+
+
+def diff(old, new, show=repr, prefix=""):
+  """['key: old -> new', ...] of the keys whose values differ between two dicts, nested dicts' keys
+  dotted, each value written by `show`."""
+  changes = []
+  for key in sorted(set(old) | set(new)):
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      changes += diff(a, b, show, f"{prefix}{key}.")
+    elif a != b:
+      changes.append(f"{prefix}{key}: {show(a)} -> {show(b)}")
+  return changes
+
+
 def write_config(config, workdir):
   """Writes the resolved config as JSON (machine-readable) and text (readable) into the workdir."""
   os.makedirs(workdir, exist_ok=True)

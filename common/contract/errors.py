@@ -5,6 +5,13 @@ else is a bug and keeps its traceback.
 """
 
 
+def first_line(error):
+  """The first line of an exception's message (its type's name when it has none): what a one-line
+  error quotes of a library's error."""
+  message = str(error).strip()
+  return message.splitlines()[0] if message else type(error).__name__
+
+
 class UserError(Exception):
   """Bad input from the user; the message names the file, key or value."""
 

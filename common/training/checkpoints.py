@@ -9,8 +9,10 @@ import tensorflow as tf
 
 from common.training import distributed
 from common.runtime import workdir as workdir_lib
+from common.contract import config as config_lib
 from common.contract.errors import CheckpointError
 from common.contract.errors import ConfigError
+from common.contract.errors import first_line
 
 
 def checkpoint_dir(workdir):
@@ -30,9 +32,8 @@ def restore(checkpoint, path, partial):
       status.expect_partial()
     status.assert_existing_objects_matched()
   except (AssertionError, ValueError, tf.errors.OpError) as e:
-    first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise CheckpointError(
-        f"checkpoint {path} does not match this model and config ({first_line}); "
+        f"checkpoint {path} does not match this model and config ({first_line(e)}); "
         "use another --workdir, or the config the checkpoint was trained with") from None
 
 
@@ -45,21 +46,23 @@ def restore_model(model, workdir):
   return latest
 
 
+def read_json_variable(path, name):
+  """The JSON text of the string variable `name` of checkpoint `path`, decoded; None when the
+  checkpoint has no such variable. TensorFlow's reader matches it by name."""
+  variable = tf.Variable("", trainable=False)
+  tf.train.Checkpoint(**{name: variable}).read(path).expect_partial()
+  text = variable.numpy().decode()
+  return json.loads(text) if text else None
+
+
 def saved_fingerprint(path):
   """The input fingerprint stored in a checkpoint, or None for a checkpoint without one."""
-  reader = tf.train.load_checkpoint(path)
-  key = "input_fingerprint/.ATTRIBUTES/VARIABLE_VALUE"
-  if not reader.has_tensor(key):
-    return None
-  return json.loads(reader.get_tensor(key))
+  return read_json_variable(path, "input_fingerprint")
 
 
 def input_changes(saved, current):
   """['key: saved -> current', ...] of the input facts that differ; none for an unknown saved one."""
-  if saved is None:
-    return []
-  return [f"{key}: {saved.get(key)} -> {current.get(key)}"
-          for key in sorted(set(saved) | set(current)) if saved.get(key) != current.get(key)]
+  return [] if saved is None else config_lib.diff(saved, current, show=str)
 
 
 class BestWeights:
@@ -81,8 +84,7 @@ class BestWeights:
     self.best = None
     latest = tf.train.latest_checkpoint(best_dir(workdir)) if metric else None
     if latest:
-      reader = tf.train.load_checkpoint(latest)
-      saved = json.loads(reader.get_tensor("best/.ATTRIBUTES/VARIABLE_VALUE"))
+      saved = read_json_variable(latest, "best")
       self.best = saved if saved["metric"] == metric else None
     self._read_from = latest if self.best else None
 
