@@ -11,18 +11,17 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
-import os
-
 from absl import logging
 import tensorflow as tf
 
-from common.training import checkpoints
-from common.app import cli
-from common.training import distributed
+from common.app import commands
 from common.app import startup
-from common.training import train_loop
+from common.training import checkpoints
 from inception_finetune import slim_checkpoint
 from inception_finetune import task as task_lib
+
+OUTPUTS = ("checkpoints/, train/ (TensorBoard), eval/ (TensorBoard, confusion matrix, per-class accuracy), "
+           "metrics.json, config.json, labels.txt")
 
 
 def choose_start(config, workdir):
@@ -45,6 +44,13 @@ def choose_start(config, workdir):
   return path
 
 
+def headline(results):
+  """The figures of the closing line: top-1 beside its chance levels, and top-5."""
+  scores = results["eval"]
+  return (f"eval top-1 {scores['top1']:.4f} (chance: majority class {scores['chance_top1_majority']:.4f}, "
+          f"uniform {scores['chance_top1_uniform']:.4f}), top-5 {scores['top5']:.4f} at step {results['step']}")
+
+
 def train_and_evaluate(config, workdir):
   """Fine-tunes, evaluates and exports; returns the final metrics (also in workdir/metrics.json)."""
   slim_path = choose_start(config, workdir)  # first, so that a wrong path fails in seconds
@@ -57,24 +63,9 @@ def train_and_evaluate(config, workdir):
                               config.ignore_missing_vars)
     phases = task.make_phases(model, config.mixed_precision)
   task_lib.log_batch_norm_plan(model, config)
-  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
-    saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
-  scores = results["eval"]
-  print(f"eval top-1 {scores['top1']:.4f} (chance: majority class {scores['chance_top1_majority']:.4f}, "
-        f"uniform {scores['chance_top1_uniform']:.4f}), top-5 {scores['top5']:.4f} at step "
-        f"{results['step']}\n"
-        f"outputs in {os.path.abspath(workdir)}: checkpoints/, train/ (TensorBoard), eval/ (TensorBoard, "
-        f"confusion matrix, per-class accuracy), metrics.json, config.json, labels.txt, "
-        f"{os.path.basename(saved_model)}/", flush=True)
-  return results
-
-
-def main(argv):
-  del argv
-  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  return commands.train_and_export(config, workdir, strategy=strategy, model=model, phases=phases, task=task,
+                                   headline=headline, outputs=OUTPUTS)
 
 
 if __name__ == "__main__":
-  _CONFIG, _WORKDIR = cli.define_flags("configs/inception_v4.py", "runs/inception_v4")
-  cli.run(main)
+  commands.run_training("configs/inception_v4.py", "runs/inception_v4", train_and_evaluate)

@@ -12,35 +12,27 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
-import json
-import os
-
-from common.app import cli
-from common.app import startup
-from common.training import evaluation as evaluation_lib
+from common.app import commands
 from common.contract.errors import ConfigError
-from triplet import metrics
+from triplet import metrics as metrics_lib
 from triplet import task as task_lib
 
 
-def main(argv):
-  del argv
-  workdir = _WORKDIR.value
-  config = cli.run_config(_CONFIG, workdir)
-  startup.prepare_run(config)
+def make_task(config, workdir, for_training):
+  """The task, once the config names something to evaluate."""
   if config.data.source == "folder" and not (config.data.eval_dir or config.data.pairs_file):
     raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
-  task = task_lib.make_task(config, workdir, for_training=False)
-  report_dir = _REPORT_DIR.value or os.path.join(workdir, "eval")
-  evaluation = evaluation_lib.evaluate_saved(task, workdir, _SAVED_MODEL.value, report_dir)
-  # A VAL@FAR not measured per fold is printed as its note (the metrics themselves stay numbers).
-  results = dict(evaluation.metrics)
-  if metrics.VAL_AT_FAR in task.data_report:
-    results[metrics.VAL_AT_FAR] = task.data_report[metrics.VAL_AT_FAR]
-  print(json.dumps(results, indent=2, sort_keys=True))
+  return task_lib.make_task(config, workdir, for_training=for_training)
+
+
+def shown(metrics, task, report_dir):
+  """The metrics, with a VAL@FAR not measured per fold as its note (the metrics themselves stay numbers)."""
+  del report_dir
+  results = dict(metrics)
+  if metrics_lib.VAL_AT_FAR in task.data_report:
+    results[metrics_lib.VAL_AT_FAR] = task.data_report[metrics_lib.VAL_AT_FAR]
+  return results
 
 
 if __name__ == "__main__":
-  _CONFIG, _WORKDIR = cli.define_flags("configs/triplet.py", "runs/triplet")
-  _SAVED_MODEL, _REPORT_DIR = cli.define_evaluation_flags()
-  cli.run(main)
+  commands.run_evaluation("configs/triplet.py", "runs/triplet", make_task, shown)

@@ -16,17 +16,16 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from common.training import checkpoints
-from common.app import cli
-from common.training import distributed
-from common.training import evaluation as evaluation_lib
+from common.app import commands
 from common.app import startup
-from common.training import train_loop
 from common.runtime import workdir as workdir_lib
+from common.training import checkpoints
+from common.training import evaluation as evaluation_lib
 from triplet import task as task_lib
 
 
 RAW_PIXELS = "raw_pixels/"
+OUTPUTS = "checkpoints/, train/ and eval/ (TensorBoard), metrics.json, initial_eval.json, config.json"
 
 
 def evaluate_before_training(task, model, workdir):
@@ -48,8 +47,9 @@ def evaluate_before_training(task, model, workdir):
     return json.load(f)
 
 
-def summarize(results, initial):
-  """E.g. "recall_at_1 0.94 (untrained 0.27, raw pixels 0.97)" for each headline metric."""
+def headline(results, initial):
+  """The figures of the closing line, e.g. "recall_at_1 0.94 (untrained 0.27, raw pixels 0.97)" for
+  each headline metric, their step, and the best evaluation's when the export holds its weights."""
   final = results.get("eval", {})
   parts = []
   for name in ("recall_at_1", "verification_accuracy", "train_accuracy"):
@@ -58,7 +58,10 @@ def summarize(results, initial):
     baselines = [f"{label} {initial[key]:.4f}" for label, key in
                  (("untrained", name), ("raw pixels", RAW_PIXELS + name)) if key in initial]
     parts.append(f"{name} {final[name]:.4f}" + (f" ({', '.join(baselines)})" if baselines else ""))
-  return ", ".join(parts) or "no evaluation data"
+  best = results.get("best")
+  exported = (f"; saved_model/ holds step {best['step']}'s weights (best {best['metric']} "
+              f"{best['value']:.4f})" if best else "")
+  return f"{', '.join(parts) or 'no evaluation data'} at step {results['step']}{exported}"
 
 
 def train_and_evaluate(config, workdir):
@@ -70,23 +73,10 @@ def train_and_evaluate(config, workdir):
     phases = task.make_phases(model, config.mixed_precision)
   logging.info("model: %d parameters; %s", model.count_params(), task.describe)
   initial = evaluate_before_training(task, model, workdir)
-  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
-  with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
-    saved_model = task.export(model, path)  # every worker exports (a collective save), the chief's is kept
-  best = results.get("best")
-  exported = (f"; saved_model/ holds step {best['step']}'s weights (best {best['metric']} "
-              f"{best['value']:.4f})" if best else "")
-  print(f"{summarize(results, initial)} at step {results['step']}{exported}\n"
-        f"outputs in {os.path.abspath(workdir)}: checkpoints/, train/ and eval/ (TensorBoard), "
-        f"metrics.json, initial_eval.json, config.json, {os.path.basename(saved_model)}/", flush=True)
+  results = commands.train_and_export(config, workdir, strategy=strategy, model=model, phases=phases,
+                                      task=task, headline=lambda r: headline(r, initial), outputs=OUTPUTS)
   return dict(results, initial_eval=initial)
 
 
-def main(argv):
-  del argv
-  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-
-
 if __name__ == "__main__":
-  _CONFIG, _WORKDIR = cli.define_flags("configs/triplet.py", "runs/triplet")
-  cli.run(main)
+  commands.run_training("configs/triplet.py", "runs/triplet", train_and_evaluate)

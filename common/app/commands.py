@@ -1,0 +1,54 @@
+"""What the trainers' commands share: their command lines, the end of a training run (the loop,
+the export, the closing lines) and the whole evaluation command."""
+import json
+import os
+
+from common.app import cli
+from common.app import startup
+from common.training import distributed
+from common.training import evaluation as evaluation_lib
+from common.training import train_loop
+
+
+def run_training(default_config, default_workdir, train_and_evaluate):
+  """train.py's command: --config and --workdir, then train_and_evaluate(config, workdir)."""
+  config_flag, workdir_flag = cli.define_flags(default_config, default_workdir)
+  cli.run(lambda argv: train_and_evaluate(config_flag.value, workdir_flag.value))
+
+
+def train_and_export(config, workdir, *, strategy, model, phases, task, headline, outputs):
+  """Trains through the shared loop, exports the SavedModel, then prints headline(results) and a
+  line naming the outputs (`outputs`, then the SavedModel's folder); returns the final metrics
+  (also in workdir/metrics.json).
+
+  Every worker exports (a collective save); the chief's copy is kept.
+  """
+  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
+  with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+    saved_model = task.export(model, path)
+  print(f"{headline(results)}\n"
+        f"outputs in {os.path.abspath(workdir)}: {outputs}, {os.path.basename(saved_model)}/", flush=True)
+  return results
+
+
+def run_evaluation(default_config, default_workdir, make_task, shown=lambda metrics, task, report_dir: metrics):
+  """evaluate.py's command: scores the newest checkpoint of --workdir (or --saved_model) on the
+  evaluation set of make_task(config, workdir, for_training=False), writes the report into
+  --report_dir (default <workdir>/eval) and prints shown(metrics, task, report_dir) as JSON.
+
+  The config is the run's own (cli.run_config) unless --config is given.
+  """
+  config_flag, workdir_flag = cli.define_flags(default_config, default_workdir)
+  saved_model_flag, report_dir_flag = cli.define_evaluation_flags()
+
+  def main(argv):
+    del argv
+    workdir = workdir_flag.value
+    config = cli.run_config(config_flag, workdir)
+    startup.prepare_run(config)
+    task = make_task(config, workdir, for_training=False)
+    report_dir = report_dir_flag.value or os.path.join(workdir, "eval")
+    evaluation = evaluation_lib.evaluate_saved(task, workdir, saved_model_flag.value, report_dir)
+    print(json.dumps(shown(evaluation.metrics, task, report_dir), indent=2, sort_keys=True))
+
+  cli.run(main)
