@@ -31,7 +31,8 @@ def train_and_export(config, workdir, *, strategy, model, phases, task, headline
   return results
 
 
-def run_evaluation(default_config, default_workdir, make_task, shown=lambda metrics, task, report_dir: metrics):
+def run_evaluation(default_config, default_workdir, make_task,
+                   shown=lambda metrics, task, report_dir: metrics):
   """evaluate.py's command: scores the newest checkpoint of --workdir (or --saved_model) on the
   evaluation set of make_task(config, workdir, for_training=False), writes the report into
   --report_dir (default <workdir>/eval) and prints shown(metrics, task, report_dir) as JSON.
