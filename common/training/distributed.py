@@ -28,7 +28,8 @@ from common.contract.errors import ConfigError
 class Cluster:
   """This process's part in a run, decided once: how many workers, which one this is, whether it
   is the chief, where it writes, the batch sizes, and the flag by which several workers stop
-  together. The loop and the run's state ask it; they test no worker count or flag themselves.
+  together. The loop and the run's state ask it instead of testing worker counts and flags
+  themselves.
 
   It reads checkpoints from `workdir` (every worker resumes from the chief's) and writes into
   `out`: the workdir on the chief, a temporary folder on the other workers (chief_path).
@@ -57,10 +58,6 @@ class Cluster:
   def shard(self, dataset):
     """This worker's shard of the training dataset (worker_input)."""
     return worker_input(dataset, self.batch_sizes, self.index)
-
-  def input_positions(self, iterator, checkpoints, keep):
-    """Where this worker's input position is saved (InputPositions)."""
-    return InputPositions(iterator, checkpoints, self, keep)
 
   def checkpoints_kept(self, keep):
     """How many checkpoints this process keeps: train.keep_checkpoints on the chief, one elsewhere
@@ -222,11 +219,6 @@ def remove_killed_workers_folders(prefix):
       shutil.rmtree(folder, ignore_errors=True)
 
 
-def input_positions_dir(checkpoints, worker):
-  """Where worker `worker` of a multi-worker run keeps its input positions, one per checkpoint."""
-  return os.path.join(checkpoints, "input", f"worker{worker}")
-
-
 class InputPositions:
   """Where this worker's input iterator is saved. Alone, in the run's checkpoint (`in_checkpoint`,
   the objects it adds to that checkpoint); with several workers, as `input-<step>` in a folder of
@@ -241,7 +233,7 @@ class InputPositions:
       self.in_checkpoint = {"iterator": iterator}
       return
     self.in_checkpoint = {}
-    self.directory = input_positions_dir(checkpoints, cluster.index)
+    self.directory = os.path.join(checkpoints, "input", f"worker{cluster.index}")
     workdir_lib.check_writable(self.directory)
     workdir_lib.remove_leftovers(self.directory)
     self._checkpoint = tf.train.Checkpoint(iterator=iterator)

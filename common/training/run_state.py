@@ -15,6 +15,7 @@ from common.contract.errors import CheckpointError
 from common.contract.errors import WorkdirError
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints as checkpoints_lib
+from common.training import distributed
 
 
 def build_optimizers(model, phases, strategy):
@@ -47,7 +48,7 @@ class RunCheckpoint:
     self._variables = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
                            input_fingerprint=self._saved_fingerprint,
                            **{f"optimizer_{p.name}": p.optimizer for p in phases})
-    self._positions = cluster.input_positions(self.iterator, self.directory, keep)
+    self._positions = distributed.InputPositions(self.iterator, self.directory, cluster, keep)
     self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)
     self._manager = tf.train.CheckpointManager(
         self._checkpoint, checkpoints_lib.checkpoint_dir(cluster.out),
@@ -114,17 +115,17 @@ class RunRecord:
     self._data_report = data_report
     self._summaries = summaries  # the bytes they wrote and the ones they refused
     self.best = best  # checkpoints.BestWeights
-    self.train = {}  # the mean figures of the last progress window, with its step and speed
+    self.train_figures = {}  # the mean figures of the last progress window, with its step and speed
     self.evaluation = None  # the last Evaluation
     self.evaluation_step = None
     self._window_rates = []  # steps/s of each progress window of this run
 
-  def record_window(self, figures, step, steps_per_second):
+  def keep_window(self, figures, step, steps_per_second):
     """Keeps a progress window's mean figures and its speed."""
     self._window_rates.append(steps_per_second)
-    self.train = dict(figures, step=step, steps_per_second=steps_per_second)
+    self.train_figures = dict(figures, step=step, steps_per_second=steps_per_second)
 
-  def record_evaluation(self, evaluation, step):
+  def keep_evaluation(self, evaluation, step):
     self.evaluation, self.evaluation_step = evaluation, step
 
   def eval_figures(self):
@@ -138,7 +139,7 @@ class RunRecord:
     payload = {
         "step": int(self._counters.step),
         "nonfinite_steps": int(self._counters.nonfinite_steps),
-        "train": self.train,
+        "train": self.train_figures,
         "eval": self.eval_figures(),
         "summary_bytes": self._summaries.bytes_written(),
         "summaries_refused": self._summaries.refused(),

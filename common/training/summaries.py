@@ -200,7 +200,7 @@ class RunSummaries:
     self._model = model
     self._image_summaries_fn = image_summaries_fn
     self.train = SummaryBudget(os.path.join(out, "train"), cfg)
-    self.eval = SummaryBudget(os.path.join(out, "eval"), cfg)
+    self._eval = SummaryBudget(os.path.join(out, "eval"), cfg)
     self._run = SummaryBudget(out, cfg)
     self._probe = None
     self._activation_statistics = None
@@ -261,24 +261,24 @@ class RunSummaries:
 
   def write_eval(self, step, figures, evaluation):
     """An evaluation's metrics (`figures`), and on the chief its images and embeddings."""
-    self.eval.write_scalars(step, figures)
+    self._eval.write_scalars(step, figures)
     if self._chief:
       if evaluation.summary_images:
-        self.eval.write_images(step, evaluation.summary_images())
+        self._eval.write_images(step, evaluation.summary_images())
       if evaluation.embeddings:
-        self.eval.write_embeddings(step, *evaluation.embeddings())
-    self.eval.flush()
+        self._eval.write_embeddings(step, *evaluation.embeddings())
+    self._eval.flush()
 
   def bytes_written(self):
     """The size of train/'s and eval/'s event files."""
-    return self.train.bytes_written() + self.eval.bytes_written()
+    return self.train.bytes_written() + self._eval.bytes_written()
 
   def refused(self):
     """How many summaries of train/ and eval/ were over summaries.max_summary_bytes."""
-    return self.train.refused + self.eval.refused
+    return self.train.refused + self._eval.refused
 
   def close(self):
-    for budget in (self._run, self.train, self.eval):
+    for budget in (self._run, self.train, self._eval):
       budget.close()
 
 

@@ -307,8 +307,8 @@ def _log_progress(phase, window, step, total_steps, record):
   logging.info("step %d/%d [%s] loss %.4f  lr %.3g  %.2f steps/s  ETA %s%s", step, total_steps,
                phase.name, window.mean("loss"), _learning_rate(phase.optimizer), steps_per_s,
                _format_seconds(eta), f"  ({skipped:.0f} non-finite steps skipped)" if skipped else "")
-  record.record_window({name: window.mean(name) for name in window.sums if name != "finite"},
-                       step, steps_per_s)
+  record.keep_window({name: window.mean(name) for name in window.sums if name != "finite"},
+                     step, steps_per_s)
 
 
 def _warn_if_stalled(window, step, stall_update_ratio, optimizer, summaries):
@@ -341,10 +341,10 @@ def _evaluate(evaluate_fn, checkpoint, record, summaries):
   results = run_state.figures(evaluation)
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
-  warning = diagnostics.eval_loss_warning(results.get("loss"), record.train.get("loss"))
+  warning = diagnostics.eval_loss_warning(results.get("loss"), record.train_figures.get("loss"))
   if warning:
     logging.warning("%s", warning)
   summaries.write_eval(step, results, evaluation)
-  record.record_evaluation(evaluation, step)
+  record.keep_evaluation(evaluation, step)
   record.best.offer(results, step)
   record.write()
