@@ -109,7 +109,7 @@ class RunRecord:
   run's end writes into `out`/eval."""
 
   def __init__(self, out, checkpoint, batch_sizes, data_report, best, summaries):
-    self.out = out
+    self._out = out
     self._counters = checkpoint  # its step and count of non-finite steps
     self._batch_sizes = batch_sizes
     self._data_report = data_report
@@ -126,9 +126,10 @@ class RunRecord:
     self.train_figures = dict(figures, step=step, steps_per_second=steps_per_second)
 
   def keep_evaluation(self, evaluation, step):
+    """Keeps the Evaluation of `step`: metrics.json's "eval", and the report of the run's end."""
     self.evaluation, self.evaluation_step = evaluation, step
 
-  def eval_figures(self):
+  def _eval_figures(self):
     """The last evaluation's metrics as floats, with its step; {} before the first."""
     if self.evaluation is None:
       return {}
@@ -140,7 +141,7 @@ class RunRecord:
         "step": int(self._counters.step),
         "nonfinite_steps": int(self._counters.nonfinite_steps),
         "train": self.train_figures,
-        "eval": self.eval_figures(),
+        "eval": self._eval_figures(),
         "summary_bytes": self._summaries.bytes_written(),
         "summaries_refused": self._summaries.refused(),
         "data": self._data_report,
@@ -152,15 +153,15 @@ class RunRecord:
       payload["steps_run"] = steps_run
       # The first window holds the tracing of the compiled call; the median of the others is the speed.
       payload["steps_per_second"] = float(np.median(self._window_rates[1:] or self._window_rates or [0.0]))
-    with workdir_lib.writing(self.out):
-      workdir_lib.write_json(os.path.join(self.out, "metrics.json"), payload)
+    with workdir_lib.writing(self._out):
+      workdir_lib.write_json(os.path.join(self._out, "metrics.json"), payload)
     return payload
 
   def write_report(self):
     """Writes the last evaluation's report into `out`/eval, if there was one."""
     if self.evaluation:
-      with workdir_lib.writing(os.path.join(self.out, "eval")):
-        self.evaluation.write(os.path.join(self.out, "eval"))
+      with workdir_lib.writing(os.path.join(self._out, "eval")):
+        self.evaluation.write(os.path.join(self._out, "eval"))
 
 
 def figures(evaluation):
