@@ -127,7 +127,7 @@ def reporting(save):
   return wrapped
 
 if json.loads(os.environ["TF_CONFIG"])["task"]["index"]:
-  run_state.RunState.save = reporting(run_state.RunState.save)
+  run_state.RunCheckpoint.save = reporting(run_state.RunCheckpoint.save)
   checkpoints.BestWeights.offer = reporting(checkpoints.BestWeights.offer)
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)

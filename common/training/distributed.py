@@ -1,9 +1,10 @@
-"""What several replicas and workers add to a run: batch sizes, input slices, one writer.
+"""What several replicas and workers add to a run: batch sizes, input slices, one writer, one stop.
 
 train.batch_size is the global batch. Every worker runs the same seeded input
 pipeline and keeps its slice of each global batch, so that its iterator stays
 a plain, checkpointable one (a DistributedIterator cannot be saved); each
 worker keeps its own input positions beside the chief's collective checkpoint.
+Cluster decides, once a run, what one or several workers do differently.
 """
 import contextlib
 import glob
@@ -11,15 +12,94 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import tempfile
 
 from absl import logging
 import tensorflow as tf
 
 from common.runtime import hardware
+from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 from common.contract.errors import CheckpointError
 from common.contract.errors import ConfigError
+
+
+class Cluster:
+  """This process's part in a run, decided once: how many workers, which one this is, whether it
+  is the chief, where it writes, the batch sizes, and the flag by which several workers stop
+  together. The loop and the run's state ask it instead of testing worker counts and flags
+  themselves.
+
+  It reads checkpoints from `workdir` (every worker resumes from the chief's) and writes into
+  `out`: the workdir on the chief, a temporary folder on the other workers (chief_path).
+  """
+
+  def __init__(self, strategy, workdir, out, global_batch):
+    self.strategy = strategy
+    self.workdir = workdir
+    self.out = out
+    self.chief = out == workdir
+    self.workers = hardware.num_workers(strategy)
+    self.index = hardware.worker_index(strategy)
+    self.batch_sizes = batch_sizes(global_batch, strategy, self.workers)
+    # Several workers stop together, after a call that tells each of them about a signal.
+    self._stop_flag = tf.Variable(0.0, trainable=False, name="stop_flag") if self.workers > 1 else None
+    self._input_to_log = self.workers > 1  # a batch's digest, once a run, tells what each worker read
+    # With one replica a batch read ahead is copied to its device at once; with several,
+    # distribute_batch places each replica's part.
+    self._ahead_device = step_devices(strategy)[0] if strategy.num_replicas_in_sync == 1 else None
+
+  def input_fingerprint(self, fingerprint):
+    """The task's input fingerprint; with several workers also their number (each worker's input
+    position is a slice of the one-worker stream)."""
+    return dict(fingerprint, workers=self.workers) if self.workers > 1 else dict(fingerprint)
+
+  def shard(self, dataset):
+    """This worker's shard of the training dataset (worker_input)."""
+    return worker_input(dataset, self.batch_sizes, self.index)
+
+  def checkpoints_kept(self, keep):
+    """How many checkpoints this process keeps: train.keep_checkpoints on the chief, one elsewhere
+    (its copy is removed after each save)."""
+    return keep if self.chief else 1
+
+  def remove_copy(self, directory):
+    """Removes this process's copy of a collective save if it is not the chief (remove_copy)."""
+    remove_copy(directory, self.chief)
+
+  def read_ahead(self, batch):
+    """A batch read ahead of its step (inside the compiled call): on its device with one replica."""
+    return batch if self._ahead_device is None else to_device(batch, self._ahead_device)
+
+  def flag_signal(self):
+    """Before a compiled call of several workers: raises this worker's flag if it was signalled,
+    so that the call tells every worker."""
+    if self._stop_flag is not None and signals.pending():
+      self._stop_flag.assign(1.0)
+
+  def stop_votes(self):
+    """Inside the compiled call: {"stop": the sum of every worker's flag} (the same on all of
+    them after the same call) with several workers; {} alone."""
+    if self._stop_flag is None:
+      return {}
+    return {"stop": self.strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                         self.strategy.run(self._stop_flag.read_value), axis=None)}
+
+  def should_stop(self, call=None):
+    """The signal to stop the run at, or None: this process's own, except after a compiled call
+    of several workers (`call`, its outputs), where it is any worker's, so that they stop together."""
+    signum = signals.pending()
+    if call is None or "stop" not in call:
+      return signum
+    return (signum or signal.SIGTERM) if float(call["stop"]) else None
+
+  def log_input_once(self, step, batch):
+    """With several workers, logs the digest of this worker's batch of `step`, once a run."""
+    if self._input_to_log:
+      self._input_to_log = False
+      logging.info("worker %d of %d: its input at step %d has digest %s", self.index, self.workers,
+                   step, batch_digest(batch))
 
 
 def batch_sizes(global_batch, strategy, workers):
@@ -139,39 +219,46 @@ def remove_killed_workers_folders(prefix):
       shutil.rmtree(folder, ignore_errors=True)
 
 
-def input_positions_dir(checkpoints, worker):
-  """Where worker `worker` of a multi-worker run keeps its input positions, one per checkpoint."""
-  return os.path.join(checkpoints, "input", f"worker{worker}")
-
-
 class InputPositions:
-  """This worker's input iterator saved as `input-<step>` beside each collective checkpoint.
-
-  A CheckpointManager keeps as many positions as checkpoints are kept.
+  """Where this worker's input iterator is saved. Alone, in the run's checkpoint (`in_checkpoint`,
+  the objects it adds to that checkpoint); with several workers, as `input-<step>` in a folder of
+  its own beside each collective checkpoint (the chief's), a CheckpointManager keeping as many
+  positions as checkpoints are kept.
   """
 
-  def __init__(self, iterator, checkpoints, worker, keep):
-    self.worker = worker
-    self.directory = input_positions_dir(checkpoints, worker)
+  def __init__(self, iterator, checkpoints, cluster, keep):
+    self._cluster = cluster
+    self._manager = None
+    if cluster.workers == 1:
+      self.in_checkpoint = {"iterator": iterator}
+      return
+    self.in_checkpoint = {}
+    self.directory = os.path.join(checkpoints, "input", f"worker{cluster.index}")
     workdir_lib.check_writable(self.directory)
     workdir_lib.remove_leftovers(self.directory)
-    self.checkpoint = tf.train.Checkpoint(iterator=iterator)
-    self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=keep,
-                                              checkpoint_name="input")
+    self._checkpoint = tf.train.Checkpoint(iterator=iterator)
+    self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory, max_to_keep=keep,
+                                               checkpoint_name="input")
 
-  def save(self, step, strategy):
-    """Writes the position of `step`; every worker writes before the collective checkpoint (the
-    barrier), so a checkpoint never exists without the positions it needs."""
+  def save(self, step):
+    """With several workers, writes the position of `step`; every worker writes before the
+    collective checkpoint (the barrier), so a checkpoint never exists without the positions it needs."""
+    if self._manager is None:
+      return
     with workdir_lib.writing(self.directory):
-      self.manager.save(checkpoint_number=step)
-    barrier(strategy)
+      self._manager.save(checkpoint_number=step)
+    barrier(self._cluster.strategy)
 
   def restore(self, step, restore_fn):
+    """With several workers, restores the position of `step` (restore_fn: checkpoints.restore)."""
+    if self._manager is None:
+      return
     path = os.path.join(self.directory, f"input-{step}")
+    worker = self._cluster.index
     if not tf.io.gfile.exists(path + ".index"):
       raise CheckpointError(
-          f"worker {self.worker} has no input position for step {step} ({path}); run with the same "
+          f"worker {worker} has no input position for step {step} ({path}); run with the same "
           "workers and workdir as before, or set train.reset_input_pipeline=True to start the input "
           "afresh")
-    restore_fn(self.checkpoint, path, partial=False)
-    logging.info("worker %d: input position of step %d restored from %s", self.worker, step, path)
+    restore_fn(self._checkpoint, path, partial=False)
+    logging.info("worker %d: input position of step %d restored from %s", worker, step, path)

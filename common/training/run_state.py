@@ -1,7 +1,8 @@
-"""The state of one training run between compiled calls: step, counters, checkpoints, metrics.json.
+"""The state of one training run between compiled calls, in two parts with a job each.
 
-It reads checkpoints from the workdir and writes into `out`: the workdir on the chief, a
-temporary folder on other workers (common.training.distributed.chief_path).
+RunCheckpoint is what a checkpoint holds (model, optimizers, step, counters, input fingerprint and
+position) and writes and reads it; RunRecord is what metrics.json records. What a worker does
+differently (where it writes, what it keeps) is its Cluster's (common.training.distributed).
 """
 import json
 import os
@@ -10,171 +11,159 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from common.training import checkpoints as checkpoints_lib
-from common.training import diagnostics
-from common.training import distributed
-from common.training import evaluation as evaluation_lib
-from common.runtime import hardware
-from common.training import summaries as summaries_lib
-from common.runtime import workdir as workdir_lib
 from common.contract.errors import CheckpointError
 from common.contract.errors import WorkdirError
+from common.runtime import workdir as workdir_lib
+from common.training import checkpoints as checkpoints_lib
+from common.training import distributed
 
 
-class RunState:
-  """State of one call to `train`: what the loop reads and writes between compiled calls.
+def build_optimizers(model, phases, strategy):
+  """Creates every phase's optimizer slots, inside the strategy scope: they must exist before a
+  restore or the first step."""
+  for phase in phases:
+    if phase.prepare:
+      phase.prepare()
+    with strategy.scope():
+      phase.optimizer.build(model.trainable_variables)
 
-  It reads checkpoints from `workdir` and writes into `out`: the workdir on the chief, a
-  temporary folder on the other workers (common.training.distributed.chief_path).
+
+class RunCheckpoint:
+  """What a checkpoint of the run holds, written into the cluster's `out` and read from the workdir's
+  `directory`:
+  the model, each phase's optimizer, the step, the count of non-finite steps, the input fingerprint,
+  and the input iterator's position (in the checkpoint alone; beside it, per worker, on several).
   """
 
-  def __init__(self, config, workdir, out, strategy, model, phases, task):
-    self.config = config
-    self.workdir = workdir
-    self.out = out
-    self.strategy = strategy
-    self.chief = out == workdir
-    self.workers = hardware.num_workers(strategy)
-    self.worker = hardware.worker_index(strategy)
-    # Several workers stop together, after a call that tells each of them about a signal.
-    self.stop_flag = tf.Variable(0.0, trainable=False, name="stop_flag") if self.workers > 1 else None
-    self.model = model
-    self.phases = phases
-    self.evaluate_fn = evaluation_lib.make_evaluate_fn(task, model)
-    self.image_summaries_fn = task.image_summaries_fn
-    self.data_report = task.data_report
-    self.total_steps = sum(p.num_steps for p in phases)
+  def __init__(self, cluster, model, phases, dataset, input_fingerprint, keep):
+    self._cluster = cluster
+    self.directory = checkpoints_lib.checkpoint_dir(cluster.workdir)
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     self.nonfinite_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite_steps")
-    self.input_fingerprint = dict(task.input_fingerprint)
-    if self.workers > 1:  # each worker's input position is a slice of the one-worker stream
-      self.input_fingerprint["workers"] = self.workers
-    self.saved_fingerprint = tf.Variable(json.dumps(self.input_fingerprint, sort_keys=True),
-                                         trainable=False, name="input_fingerprint")
-    self.saved_step = None
-    self.best = checkpoints_lib.BestWeights(model, workdir, out, config.train.best_metric,
-                                            config.train.best_mode)
-    self.distribution = distributed.batch_sizes(config.train.batch_size, strategy, self.workers)
-    self.iterator = iter(distributed.worker_input(task.train_dataset, self.distribution, self.worker))
-    self.train_summaries = summaries_lib.SummaryBudget(os.path.join(out, "train"), config.summaries)
-    self.eval_summaries = summaries_lib.SummaryBudget(os.path.join(out, "eval"), config.summaries)
-    self.last_eval = {}
-    self.last_evaluation = None
-    self.last_train = {}
-    self.window_rates = []  # steps/s of each progress window of this run
-    self.consecutive_nonfinite = 0
-    self.input_logged = False  # a batch's digest, once per run on several workers
-    self._probe = None
-    self._activation_statistics = None
-    self._build_optimizers()
-    self.state = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
-                      input_fingerprint=self.saved_fingerprint,
-                      **{f"optimizer_{p.name}": p.optimizer for p in phases})
-    checkpoints = checkpoints_lib.checkpoint_dir(workdir)
-    if self.workers > 1:
-      # The collective checkpoint is the chief's; each worker's input position is its own.
-      self.checkpoint = tf.train.Checkpoint(**self.state)
-      self.input_positions = distributed.InputPositions(self.iterator, checkpoints, self.worker,
-                                                        config.train.keep_checkpoints)
-    else:
-      self.checkpoint = tf.train.Checkpoint(iterator=self.iterator, **self.state)
-      self.input_positions = None
-    self.manager = tf.train.CheckpointManager(
-        self.checkpoint, checkpoints_lib.checkpoint_dir(out),
-        max_to_keep=config.train.keep_checkpoints if self.chief else 1)
+    self.input_fingerprint = cluster.input_fingerprint(input_fingerprint)
+    self._saved_fingerprint = tf.Variable(json.dumps(self.input_fingerprint, sort_keys=True),
+                                          trainable=False, name="input_fingerprint")
+    self.iterator = iter(cluster.shard(dataset))
+    # Everything but the input position: what a restore with a fresh input pipeline reads.
+    self._variables = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
+                           input_fingerprint=self._saved_fingerprint,
+                           **{f"optimizer_{p.name}": p.optimizer for p in phases})
+    self._positions = distributed.InputPositions(self.iterator, self.directory, cluster, keep)
+    self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)
+    self._manager = tf.train.CheckpointManager(
+        self._checkpoint, checkpoints_lib.checkpoint_dir(cluster.out),
+        max_to_keep=cluster.checkpoints_kept(keep))
+    self._saved_step = None
 
-  def latest_checkpoint(self):
+  def latest(self):
     """The newest checkpoint of the run, in the workdir (every worker reads the chief's)."""
-    return tf.train.latest_checkpoint(checkpoints_lib.checkpoint_dir(self.workdir))
+    return tf.train.latest_checkpoint(self.directory)
 
-  def _build_optimizers(self):
-    # Optimizer slots must exist, inside the strategy scope, before a restore or the first step.
-    for phase in self.phases:
-      if phase.prepare:
-        phase.prepare()
-      with self.strategy.scope():
-        phase.optimizer.build(self.model.trainable_variables)
-
-  def restore(self):
-    """Resumes from the newest checkpoint, input position included unless the input changed."""
-    latest = self.latest_checkpoint()
+  def restore(self, reset_input_pipeline):
+    """Resumes from the newest checkpoint, input position included unless the input changed
+    (then only with reset_input_pipeline, train.reset_input_pipeline)."""
+    latest = self.latest()
     if not latest:
-      logging.info("no checkpoint in %s: starting at step 0", checkpoints_lib.checkpoint_dir(self.workdir))
+      logging.info("no checkpoint in %s: starting at step 0", self.directory)
       return
     changes = checkpoints_lib.input_changes(checkpoints_lib.saved_fingerprint(latest),
                                             self.input_fingerprint)
-    if changes and not self.config.train.reset_input_pipeline:
+    if changes and not reset_input_pipeline:
       raise CheckpointError(
           f"checkpoint {latest} was written with another input pipeline ({'; '.join(changes)}), so "
           "its input position does not apply; set train.reset_input_pipeline=True to keep the model, "
           "optimizer and step and start the input afresh, or go back to the old settings")
     if changes:
-      checkpoints_lib.restore(tf.train.Checkpoint(**self.state), latest, partial=True)
-      self.saved_fingerprint.assign(json.dumps(self.input_fingerprint, sort_keys=True))
+      checkpoints_lib.restore(tf.train.Checkpoint(**self._variables), latest, partial=True)
+      self._saved_fingerprint.assign(json.dumps(self.input_fingerprint, sort_keys=True))
       logging.warning("resuming from %s at step %d with a fresh input pipeline "
                       "(train.reset_input_pipeline; %s)", latest, int(self.step), "; ".join(changes))
     else:
-      checkpoints_lib.restore(self.checkpoint, latest, partial=False)
-      if self.input_positions:
-        self.input_positions.restore(int(self.step), checkpoints_lib.restore)
+      checkpoints_lib.restore(self._checkpoint, latest, partial=False)
+      self._positions.restore(int(self.step), checkpoints_lib.restore)
       logging.info("resuming from %s at step %d", latest, int(self.step))
-    self.saved_step = int(self.step)
-
-  def save_and_report(self):
-    """Saves the newest step and writes metrics.json (a signal stops the run); returns the path."""
-    path = self.save()
-    self.write_metrics()
-    return path
+    self._saved_step = int(self.step)
 
   def save(self):
-    """Saves the newest step (once); a failed write keeps the last good checkpoint and is one line."""
+    """Saves the newest step (once) and returns its path in the workdir; a failed write keeps the
+    last good checkpoint and is one line."""
     step = int(self.step)
-    if self.saved_step == step:
-      return self.latest_checkpoint()
-    if self.input_positions:
-      self.input_positions.save(step, self.strategy)
+    if self._saved_step == step:
+      return self.latest()
+    self._positions.save(step)
     try:
-      path = self.manager.save(checkpoint_number=step)
-      distributed.remove_copy(self.manager.directory, self.chief)
+      path = self._manager.save(checkpoint_number=step)
+      self._cluster.remove_copy(self._manager.directory)
     except (OSError, tf.errors.OpError) as e:
       message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise WorkdirError(
-          f"cannot write a checkpoint of step {step} to {self.manager.directory} ({message}); "
+          f"cannot write a checkpoint of step {step} to {self._manager.directory} ({message}); "
           f"free space or make it writable, then run again: the last good checkpoint "
-          f"{self.latest_checkpoint() or '(none)'} is intact") from None
-    self.saved_step = step
-    return os.path.join(checkpoints_lib.checkpoint_dir(self.workdir), os.path.basename(path))
+          f"{self.latest() or '(none)'} is intact") from None
+    self._saved_step = step
+    return os.path.join(self.directory, os.path.basename(path))
 
-  @property
-  def probe(self):
-    if self._probe is None:
-      self._probe = diagnostics.activation_model(self.model)
-    return self._probe
 
-  @property
-  def activation_statistics(self):
-    if self._activation_statistics is None:
-      self._activation_statistics = diagnostics.make_activation_statistics(self.probe)
-    return self._activation_statistics
+class RunRecord:
+  """What metrics.json records (written into `out`), and the last evaluation, whose report the
+  run's end writes into `out`/eval."""
 
-  def write_metrics(self, wall_time_s=None, steps_run=None):
+  def __init__(self, out, checkpoint, batch_sizes, data_report, best, summaries):
+    self._out = out
+    self._counters = checkpoint  # its step and count of non-finite steps
+    self._batch_sizes = batch_sizes
+    self._data_report = data_report
+    self._summaries = summaries  # the bytes they wrote and the ones they refused
+    self.best = best  # checkpoints.BestWeights
+    self.train_figures = {}  # the mean figures of the last progress window, with its step and speed
+    self.evaluation = None  # the last Evaluation
+    self.evaluation_step = None
+    self._window_rates = []  # steps/s of each progress window of this run
+
+  def keep_window(self, figures, step, steps_per_second):
+    """Keeps a progress window's mean figures and its speed."""
+    self._window_rates.append(steps_per_second)
+    self.train_figures = dict(figures, step=step, steps_per_second=steps_per_second)
+
+  def keep_evaluation(self, evaluation, step):
+    """Keeps the Evaluation of `step`: metrics.json's "eval", and the report of the run's end."""
+    self.evaluation, self.evaluation_step = evaluation, step
+
+  def _eval_figures(self):
+    """The last evaluation's metrics as floats, with its step; {} before the first."""
+    if self.evaluation is None:
+      return {}
+    return dict(figures(self.evaluation), step=self.evaluation_step)
+
+  def write(self, wall_time_s=None, steps_run=None):
     """Writes metrics.json; with the wall time, the final one of the run. Returns its payload."""
     payload = {
-        "step": int(self.step),
-        "nonfinite_steps": int(self.nonfinite_steps),
-        "train": self.last_train,
-        "eval": self.last_eval,
-        "summary_bytes": self.train_summaries.bytes_written() + self.eval_summaries.bytes_written(),
-        "summaries_refused": self.train_summaries.refused + self.eval_summaries.refused,
-        "data": self.data_report,
+        "step": int(self._counters.step),
+        "nonfinite_steps": int(self._counters.nonfinite_steps),
+        "train": self.train_figures,
+        "eval": self._eval_figures(),
+        "summary_bytes": self._summaries.bytes_written(),
+        "summaries_refused": self._summaries.refused(),
+        "data": self._data_report,
         "best": self.best.best,
-        "distribution": self.distribution,
+        "distribution": self._batch_sizes,
     }
     if wall_time_s is not None:
       payload["wall_time_s"] = wall_time_s
       payload["steps_run"] = steps_run
       # The first window holds the tracing of the compiled call; the median of the others is the speed.
-      payload["steps_per_second"] = float(np.median(self.window_rates[1:] or self.window_rates or [0.0]))
-    with workdir_lib.writing(self.out):
-      workdir_lib.write_json(os.path.join(self.out, "metrics.json"), payload)
+      payload["steps_per_second"] = float(np.median(self._window_rates[1:] or self._window_rates or [0.0]))
+    with workdir_lib.writing(self._out):
+      workdir_lib.write_json(os.path.join(self._out, "metrics.json"), payload)
     return payload
+
+  def write_report(self):
+    """Writes the last evaluation's report into `out`/eval, if there was one."""
+    if self.evaluation:
+      with workdir_lib.writing(os.path.join(self._out, "eval")):
+        self.evaluation.write(os.path.join(self._out, "eval"))
+
+
+def figures(evaluation):
+  """An Evaluation's metrics as {name: float}."""
+  return {name: float(value) for name, value in evaluation.metrics.items()}

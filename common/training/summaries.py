@@ -4,7 +4,8 @@ The failure this guards against: 1,000-image summaries and histograms of every
 variable on every step, until one event protobuf passed 2 GB. Here scalars,
 images and histograms each have a cadence, images are capped at max_outputs,
 histograms are opt-in, one summary estimated above max_summary_bytes is refused
-with a warning, and the bytes on disk are counted.
+with a warning, and the bytes on disk are counted. RunSummaries writes a training
+run's: scalars on every worker, the rest on the chief alone.
 
 Each evaluation can add a few images drawn from what it predicted (EvalSampler
 keeps them as the evaluation passes by), and each run its resolved config as
@@ -24,6 +25,8 @@ from PIL import ImageFont
 import tensorflow as tf
 from tensorboard.plugins import projector
 from tensorboard.plugins.hparams import api as hp
+
+from common.training import diagnostics
 
 # A histogram summary stores its buckets, not the tensor: 30 buckets of 3 doubles plus framing.
 _HISTOGRAM_BYTES = 1024
@@ -183,6 +186,100 @@ def select_histogram_variables(variables, kernels, biases):
     if (kernels and leaf in ("kernel", "depthwise_kernel", "embeddings")) or (biases and leaf == "bias"):
       chosen[variable.path] = variable
   return chosen
+
+
+class RunSummaries:
+  """The summaries of one training run, written into the cluster's `out`: train/ and eval/
+  scalars on every worker; on the chief alone the heavy ones (images, histograms, activation
+  statistics, embeddings) and the run's own event file in `out` itself, beside train/ and eval/,
+  which says what the run is (the config as text, the HParams)."""
+
+  def __init__(self, out, cfg, chief, model, image_summaries_fn):
+    self._cfg = cfg
+    self._chief = chief
+    self._model = model
+    self._image_summaries_fn = image_summaries_fn
+    self.train = SummaryBudget(os.path.join(out, "train"), cfg)
+    self._eval = SummaryBudget(os.path.join(out, "eval"), cfg)
+    self._run = SummaryBudget(out, cfg)
+    self._probe = None
+    self._activation_statistics = None
+
+  def cadences(self):
+    """The step intervals of the training summaries that are on."""
+    return self.train.cadences(with_images=self._image_summaries_fn is not None)
+
+  def write_config(self, step, config):
+    """The resolved config as text, on disk at once (even if the run is stopped before it closes
+    the writer)."""
+    if self._chief:
+      self._run.write_config(step, config)
+      self._run.flush()
+
+  def write_hparams(self, config, metric_names):
+    """The HParams, with metric_names, the scalars of eval/, as the run's final metrics."""
+    if self._chief:
+      self._run.write_hparams(config, metric_names, group="eval")
+
+  def write_train_scalars(self, step, metrics, learning_rate, nonfinite_steps):
+    """A step's metrics (but "finite"), the learning rate and the counts the run keeps."""
+    scalars = {name: value for name, value in metrics.items() if name != "finite"}
+    scalars["learning_rate"] = learning_rate
+    scalars["nonfinite_steps"] = nonfinite_steps
+    scalars["summary_bytes"] = float(self.train.bytes_written())
+    self.train.write_scalars(step, scalars)
+
+  def write_heavy(self, step, batch, evaluating):
+    """Images, histograms and activation statistics of a training batch: each only at its cadence
+    (images also when evaluating), never in the step."""
+    if not self._chief:
+      return
+    cfg, budget = self._cfg, self.train
+    if self._image_summaries_fn and budget.images_due(step, evaluating):
+      budget.write_images(step, self._image_summaries_fn(self._model, batch))
+    if cfg.activation_stats and budget.scalars_due(step):
+      stats = self._statistics_fn()(batch[0])
+      budget.write_scalars(step, {f"activations/{name}/{kind}": value
+                                  for name, (mean, var) in stats.items()
+                                  for kind, value in (("mean", mean), ("variance", var))})
+    if budget.histograms_due(step):
+      tensors = select_histogram_variables(self._model.variables, cfg.histograms, cfg.bias_histograms)
+      if cfg.activation_histograms:
+        outputs = self._probe_fn()(batch[0], training=False)
+        tensors.update({f"activations/{name}": value for name, value in outputs.items()})
+      budget.write_histograms(step, tensors)
+
+  def _probe_fn(self):
+    if self._probe is None:
+      self._probe = diagnostics.activation_model(self._model)
+    return self._probe
+
+  def _statistics_fn(self):
+    if self._activation_statistics is None:
+      self._activation_statistics = diagnostics.make_activation_statistics(self._probe_fn())
+    return self._activation_statistics
+
+  def write_eval(self, step, figures, evaluation):
+    """An evaluation's metrics (`figures`), and on the chief its images and embeddings."""
+    self._eval.write_scalars(step, figures)
+    if self._chief:
+      if evaluation.summary_images:
+        self._eval.write_images(step, evaluation.summary_images())
+      if evaluation.embeddings:
+        self._eval.write_embeddings(step, *evaluation.embeddings())
+    self._eval.flush()
+
+  def bytes_written(self):
+    """The size of train/'s and eval/'s event files."""
+    return self.train.bytes_written() + self._eval.bytes_written()
+
+  def refused(self):
+    """How many summaries of train/ and eval/ were over summaries.max_summary_bytes."""
+    return self.train.refused + self._eval.refused
+
+  def close(self):
+    for budget in (self._run, self.train, self._eval):
+      budget.close()
 
 
 def _tsv_field(value):
