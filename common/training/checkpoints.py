@@ -7,7 +7,6 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from common.training import distributed
 from common.runtime import workdir as workdir_lib
 from common.contract import config as config_lib
 from common.contract.errors import CheckpointError
@@ -69,20 +68,21 @@ class BestWeights:
   """The weights of the best evaluation so far, with {"metric", "value", "step"} in the same
   checkpoint (so that the record and the weights can never disagree).
 
-  Reads from `workdir`/best (a resumed run goes on from its best) and writes into `out`/best
-  (the workdir on the chief, a temporary folder on other workers); a CheckpointManager keeping
-  one checkpoint replaces the previous best only once the new one is complete.
+  Reads from the workdir's best/ (a resumed run goes on from its best) and writes into best/ of
+  where the cluster writes (the workdir on the chief, a temporary folder on other workers); a
+  CheckpointManager keeping one checkpoint replaces the previous best only once the new one is
+  complete.
   """
 
-  def __init__(self, model, workdir, out, metric, mode):
+  def __init__(self, model, cluster, metric, mode):
     self.metric, self.mode = metric, mode
     self._record = tf.Variable("", trainable=False, name="best")
     self._checkpoint = tf.train.Checkpoint(model=model, best=self._record)
-    self._directory = best_dir(out)
-    self._chief = out == workdir
+    self._directory = best_dir(cluster.out)
+    self._cluster = cluster
     self._manager = None
     self.best = None
-    latest = tf.train.latest_checkpoint(best_dir(workdir)) if metric else None
+    latest = tf.train.latest_checkpoint(best_dir(cluster.workdir)) if metric else None
     if latest:
       saved = read_json_variable(latest, "best")
       self.best = saved if saved["metric"] == metric else None
@@ -106,14 +106,14 @@ class BestWeights:
         self._manager = tf.train.CheckpointManager(self._checkpoint, self._directory, max_to_keep=1,
                                                    checkpoint_name="weights")
       self._read_from = self._manager.save(checkpoint_number=step)
-    distributed.remove_copy(self._directory, self._chief)
+    self._cluster.remove_copy(self._directory)
     logging.info("best %s so far (%.4f) at step %d: weights kept in %s", self.metric, value, step,
                  self._directory)
 
   def load_into_model(self):
     """Loads the best weights into the model, so that the export saves them. A non-chief worker's
     model keeps its weights: its copy of the best is removed after each save, as its export is."""
-    if self.best is None or not self._chief:
+    if self.best is None or not self._cluster.chief:
       return
     restore(self._checkpoint, self._read_from, partial=True)
     logging.info("the model now holds the weights of step %d (best %s %.4f), which the export saves",

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from common.contract.errors import CheckpointError
 from common.contract.errors import WorkdirError
+from common.contract.errors import first_line
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints as checkpoints_lib
 from common.training import distributed
@@ -95,9 +96,8 @@ class RunCheckpoint:
       path = self._manager.save(checkpoint_number=step)
       self._cluster.remove_copy(self._manager.directory)
     except (OSError, tf.errors.OpError) as e:
-      message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise WorkdirError(
-          f"cannot write a checkpoint of step {step} to {self._manager.directory} ({message}); "
+          f"cannot write a checkpoint of step {step} to {self._manager.directory} ({first_line(e)}); "
           f"free space or make it writable, then run again: the last good checkpoint "
           f"{self.latest() or '(none)'} is intact") from None
     self._saved_step = step

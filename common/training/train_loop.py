@@ -115,8 +115,7 @@ def train(config, workdir, *, strategy, model, phases, task):
     workdir_lib.remove_leftovers(checkpoints)
     cluster = distributed.Cluster(strategy, workdir, out, config.train.batch_size)
     evaluate_fn = evaluation_lib.make_evaluate_fn(task, model)
-    best = checkpoints_lib.BestWeights(model, workdir, out, config.train.best_metric,
-                                       config.train.best_mode)
+    best = checkpoints_lib.BestWeights(model, cluster, config.train.best_metric, config.train.best_mode)
     run_state.build_optimizers(model, phases, strategy)
     checkpoint = run_state.RunCheckpoint(cluster, model, phases, task.train_dataset,
                                          task.input_fingerprint, config.train.keep_checkpoints)
