@@ -29,7 +29,11 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common.data import readers as common_data
+from common.data import image_checks
+from common.data import listing
+from common.data import sources
+from common.data import text_inputs
+from common.data import tfrecords
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from inception_finetune import preprocessing
@@ -113,7 +117,7 @@ def make_datasets(data_cfg, batch_size, seed, workdir=None, for_training=True):
                  data_cfg.oversample_to)
   logging.info("classification data: %s, %d train and %d eval images, %d classes", data_cfg.source,
                train_source.counts.sum(), eval_source.counts.sum(), num_classes)
-  report = common_data.skip_report({"train": train_source.skipped, "eval": eval_source.skipped})
+  report = image_checks.skip_report({"train": train_source.skipped, "eval": eval_source.skipped})
   return ClassificationData(train=train, eval=_make_eval(eval_source, data_cfg, False),
                             raw_eval=_make_eval(eval_source, data_cfg, True), num_classes=num_classes,
                             class_names=tuple(class_names), train_counts=train_source.counts,
@@ -150,7 +154,7 @@ def _evaluation_data(cfg, batch_size, seed, workdir):
                             raw_eval=_make_eval(eval_source, cfg, True), num_classes=len(class_names),
                             class_names=tuple(class_names), train_counts=run_counts,
                             num_eval=int(eval_source.counts.sum()), new_train=new_train,
-                            data_report=common_data.skip_report({"eval": eval_source.skipped}))
+                            data_report=image_checks.skip_report({"eval": eval_source.skipped}))
 
 
 def read_run_classes(workdir):
@@ -181,7 +185,7 @@ def _check_config(cfg):
       raise ConfigError(f"data.{key} must be >= 1, got {cfg[key]}")
   if cfg.oversample_to < 0:
     raise ConfigError(f"data.oversample_to must be >= 0 (0 = off), got {cfg.oversample_to}")
-  common_data.duplicates_mode(cfg)
+  text_inputs.check_duplicates_mode(cfg.duplicates)
 
 
 def _make_sources(cfg, seed, workdir, for_training=True, run_names=None):
@@ -193,12 +197,13 @@ def _make_sources(cfg, seed, workdir, for_training=True, run_names=None):
     return _csv_sources(cfg, for_training)
   if cfg.source == "synthetic":
     train_dir, eval_dir = write_synthetic_classes(
-        common_data.synthetic_cache_dir(cfg, workdir), seed, cfg.num_classes,
+        sources.synthetic_cache_dir(cfg.cache_dir, workdir), seed, cfg.num_classes,
         cfg.synthetic_images_per_class, cfg.synthetic_image_size)
     return _folder_sources(train_dir, eval_dir, cfg, for_training)
   if cfg.eval_dir and run_names is not None:  # an evaluation: the class folders are the run's
     return _eval_folder_source(cfg.eval_dir, run_names, cfg)
-  return _folder_sources(common_data.required(cfg, "train_dir"), cfg.eval_dir, cfg, for_training)
+  train_dir = sources.required(cfg.train_dir, "train_dir", cfg.source)
+  return _folder_sources(train_dir, cfg.eval_dir, cfg, for_training)
 
 
 # Labels files and the class-balance report.
@@ -216,13 +221,13 @@ def read_labels_file(path, duplicates="error"):
   warning (the first id and name are kept).
   """
   entries = []
-  for line_number, line in common_data.read_text_lines(path, "labels file"):
+  for line_number, line in text_inputs.read_text_lines(path, "labels file"):
     class_id, sep, name = line.partition(":")
     if not sep or not class_id.strip().isdigit() or not name.strip():
       raise DataError(f"{path}:{line_number}: expected '<id>:<name>', got {line.strip()!r}")
     entries.append((int(class_id), name, line_number))
-  kept = common_data.first_entries(entries, path, "class id", duplicates, value_name="name")
-  common_data.first_entries([(name, class_id, n) for class_id, name, n in kept], path, "class name",
+  kept = text_inputs.first_entries(entries, path, "class id", duplicates, value_name="name")
+  text_inputs.first_entries([(name, class_id, n) for class_id, name, n in kept], path, "class name",
                             duplicates, value_name="id")
   names = {class_id: name for class_id, name, _ in kept}
   if sorted(names) != list(range(len(names))):
@@ -269,7 +274,7 @@ def list_class_folders(root):
     raise DataError(f"{root}: no class folders (expected one subfolder of images per class)")
   examples = []
   for class_id, name in enumerate(names):
-    paths = common_data.list_files(os.path.join(root, name), common_data.IMAGE_EXTENSIONS)
+    paths = listing.list_files(os.path.join(root, name), listing.IMAGE_EXTENSIONS)
     examples.extend((path, class_id) for path in paths)
   return names, examples
 
@@ -291,11 +296,11 @@ def _folder_sources(train_dir, eval_dir, cfg, for_training=True):
       extra = sorted(set(eval_names) ^ set(class_names))
       raise DataError(f"{eval_dir}: class folders differ from {train_dir}'s (e.g. {extra[0]})")
     # An image is known by its class folder and file name.
-    common_data.check_overlap(*({os.path.relpath(path, root): path for path, _ in split}
+    text_inputs.check_overlap(*({os.path.relpath(path, root): path for path, _ in split}
                                 for root, split in ((train_dir, examples), (eval_dir, eval_examples))),
                               "image", cfg.duplicates)
   else:
-    examples, eval_examples = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
+    examples, eval_examples = sources.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
   class_names = _check_num_classes(cfg, class_names, train_dir)
   return (class_names,
           _files_source(examples, len(class_names), cfg.skip_bad_files, train_dir) if for_training else None,
@@ -318,7 +323,7 @@ def read_label_csv(path, images_dir, extension, duplicates="error"):
   a warning, the first row kept) is a DataError naming the line.
   """
   entries = []
-  for line_number, row in common_data.read_csv_rows(path, "CSV file"):
+  for line_number, row in text_inputs.read_csv_rows(path, "CSV file"):
     if len(row) != 2:
       one_hot = " (one-hot columns are not labels)" if len(row) > 2 else ""
       raise DataError(f"{path}:{line_number}: {len(row)} columns; expected 'id,label' with one "
@@ -332,7 +337,7 @@ def read_label_csv(path, images_dir, extension, duplicates="error"):
   if not entries:
     raise DataError(f"{path}: no rows")
   rows = []
-  for image_id, label, line_number in common_data.first_entries(entries, path, "id", duplicates, "label"):
+  for image_id, label, line_number in text_inputs.first_entries(entries, path, "id", duplicates, "label"):
     image = os.path.join(images_dir, image_id + extension)
     if not os.path.lexists(image):  # a link to nothing passes, for the image check to name it
       raise DataError(f"{image}: no such file ({path}:{line_number}; data.image_extension is "
@@ -343,7 +348,7 @@ def read_label_csv(path, images_dir, extension, duplicates="error"):
 
 def _other_extension_hint(image, extension):
   stem = image[:-len(extension)] if extension else image
-  for other in common_data.IMAGE_EXTENSIONS:
+  for other in listing.IMAGE_EXTENSIONS:
     for candidate in (other, other.upper()):
       if candidate != extension and os.path.isfile(stem + candidate):
         return f"; {os.path.basename(stem + candidate)} exists: set data.image_extension='{candidate}'"
@@ -392,8 +397,9 @@ def _is_int(text):
 
 
 def _csv_sources(cfg, for_training=True):
-  path = common_data.required(cfg, "csv_path")
-  rows = read_label_csv(path, common_data.required(cfg, "images_dir"), cfg.image_extension, cfg.duplicates)
+  path = sources.required(cfg.csv_path, "csv_path", cfg.source)
+  images_dir = sources.required(cfg.images_dir, "images_dir", cfg.source)
+  rows = read_label_csv(path, images_dir, cfg.image_extension, cfg.duplicates)
   given_names = read_labels_file(cfg.labels_file, cfg.duplicates) if cfg.labels_file else None
   if not given_names and cfg.num_classes < 2 and all(_is_int(label) for _, label, _ in rows):
     raise ConfigError(f"{path} has integer labels: set data.num_classes or data.labels_file")
@@ -401,7 +407,7 @@ def _csv_sources(cfg, for_training=True):
                                    [line for _, _, line in rows])
   class_names = _check_num_classes(cfg, class_names, path)
   examples = [(image, class_id) for (image, _, _), class_id in zip(rows, ids)]
-  train, evaluation = common_data.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
+  train, evaluation = sources.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)
   return (class_names, _files_source(train, len(class_names), cfg.skip_bad_files, path) if for_training else None,
           _files_source(evaluation, len(class_names), cfg.skip_bad_files, path))
 
@@ -412,7 +418,7 @@ def _files_source(examples, num_classes, skip_bad_files, where):
     raise DataError(f"{where}: no image is held out for evaluation (a class needs 2 or more images "
                     "to give one)")
   label_of = dict(examples)
-  paths, skipped = common_data.check_images([path for path, _ in examples], skip_bad_files)
+  paths, skipped = image_checks.check_images([path for path, _ in examples], skip_bad_files)
   labels = [label_of[path] for path in paths]
 
   def read(seed):
@@ -461,7 +467,7 @@ def write_synthetic_classes(cache_dir, seed, num_classes, images_per_class, size
         image = draw_synthetic_image(class_id, num_classes, size, rng)
         Image.fromarray(image).save(os.path.join(folder, f"{index:04d}.jpg"), quality=90)
 
-  root = common_data.write_once(cache_dir, name, draw)
+  root = sources.write_once(cache_dir, name, draw)
   return os.path.join(root, "train"), os.path.join(root, "eval")
 
 
@@ -481,9 +487,9 @@ def parse_tfrecord(record, labels_offset=0):
 def tfrecord_values(record):
   """What check_tfrecord_label tests, from a TF-Slim example parsed and its image decoded as the
   pipelines do: (number of labels, the first label or -1, image shape)."""
-  features = common_data.parse_example(record, TFRECORD_FEATURES)
+  features = tfrecords.parse_example(record, TFRECORD_FEATURES)
   labels = features["image/class/label"].values
-  image = common_data.tf_decoded("image/encoded", common_data.decode_image, features["image/encoded"])
+  image = image_checks.tf_decoded("image/encoded", image_checks.decode_image, features["image/encoded"])
   return tf.size(labels), tf.concat([labels, tf.constant([-1], tf.int64)], 0)[0], tf.shape(image)
 
 
@@ -511,24 +517,24 @@ def _tfrecord_sources(cfg, for_training=True):
   class_names = class_names or [str(i) for i in range(num_classes)]
 
   def source(pattern):
-    labels, skip = common_data.check_tfrecords(
+    labels, skip = tfrecords.check_tfrecords(
         pattern, tfrecord_values,
         lambda num_labels, first_label, _: check_tfrecord_label(num_labels, first_label, num_classes,
                                                                 cfg.labels_offset, hint),
         cfg.skip_bad_files)
 
     def read(seed):
-      records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None, skip=skip)
+      records = tfrecords.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None, skip=skip)
       if seed is not None:
         records = records.shuffle(cfg.shuffle_buffer, seed=seed)
       return records.map(lambda r: parse_tfrecord(r, cfg.labels_offset),
                          num_parallel_calls=tf.data.AUTOTUNE)
 
-    return _Source(read, _count_labels(labels, num_classes), common_data.tfrecord_names(skip),
-                   common_data.list_tfrecord_files(pattern))
+    return _Source(read, _count_labels(labels, num_classes), tfrecords.tfrecord_names(skip),
+                   tfrecords.list_tfrecord_files(pattern))
 
-  return (class_names, source(common_data.required(cfg, "train_pattern")) if for_training else None,
-          source(common_data.required(cfg, "eval_pattern")))
+  train = source(sources.required(cfg.train_pattern, "train_pattern", cfg.source)) if for_training else None
+  return class_names, train, source(sources.required(cfg.eval_pattern, "eval_pattern", cfg.source))
 
 
 # The pipelines every source shares.
@@ -558,7 +564,7 @@ def _make_train(source, cfg, batch_size, seed):
 
   def preprocess(index, example):
     contents, label = example
-    image = common_data.decode_image(contents)
+    image = image_checks.decode_image(contents)
     if not cfg.augment:
       return preprocessing.preprocess_for_eval(image, size, size, cfg.central_fraction), label
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
@@ -573,7 +579,7 @@ def _make_eval(source, cfg, uint8_images):
   size = cfg.image_size
 
   def preprocess(contents, label):
-    image = common_data.decode_image(contents)
+    image = image_checks.decode_image(contents)
     if uint8_images:
       return image, label
     return preprocessing.preprocess_for_eval(image, size, size, cfg.central_fraction), label

@@ -28,7 +28,13 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common.data import readers as common_data
+from common.data import image_checks
+from common.data import listing
+from common.data import npy
+from common.data import pipeline
+from common.data import sources
+from common.data import text_inputs
+from common.data import tfrecords
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from segmentation import synthetic
@@ -112,7 +118,7 @@ def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None, for_tr
   logging.info("segmentation data: %s, %s eval images, %d classes", data_cfg.source,
                (f"{train_source.size:,} train images, " if for_training else "") + f"{eval_source.size:,}",
                data_cfg.num_classes)
-  report = common_data.skip_report({"train": list(train_source.skipped) if for_training else [],
+  report = image_checks.skip_report({"train": list(train_source.skipped) if for_training else [],
                                     "eval": list(eval_source.skipped)})
   return SegmentationData(train=train, eval=evaluation, num_classes=data_cfg.num_classes,
                           class_names=class_names(data_cfg), ignore_label=data_cfg.ignore_label,
@@ -136,7 +142,7 @@ def _check_config(cfg):
     raise ConfigError(f"data.eval_fraction must be in (0, 1), got {cfg.eval_fraction}")
   if cfg.class_names and len(cfg.class_names) != cfg.num_classes:
     raise ConfigError(f"data.class_names has {len(cfg.class_names)} names for {cfg.num_classes} classes")
-  common_data.duplicates_mode(cfg)
+  text_inputs.check_duplicates_mode(cfg.duplicates)
 
 
 def class_names(cfg):
@@ -156,7 +162,7 @@ def class_names(cfg):
 
 def read_class_names(path, num_classes):
   """The names of a file of one class name per line, in class id order (0 first)."""
-  names = tuple(line.strip() for _, line in common_data.read_text_lines(path, "class names file"))
+  names = tuple(line.strip() for _, line in text_inputs.read_text_lines(path, "class names file"))
   if len(names) != num_classes:
     raise DataError(f"{path}: {len(names)} class names for data.num_classes={num_classes}; "
                     "give one name per class, one per line")
@@ -167,8 +173,8 @@ def _make_sources(cfg, seed, workdir, for_training):
   """((train source, eval source), the training (image, mask) files or None) of the configured kind;
   for an evaluation (for_training=False), (None, eval source) and None."""
   if cfg.source == "tfrecord":
-    train_pattern = common_data.required(cfg, "train_pattern") if for_training else None
-    eval_pattern = common_data.required(cfg, "eval_pattern")
+    train_pattern = sources.required(cfg.train_pattern, "train_pattern", cfg.source) if for_training else None
+    eval_pattern = sources.required(cfg.eval_pattern, "eval_pattern", cfg.source)
     _check_tfrecord_eval_sizes(eval_pattern, cfg.eval_max_pixels)  # before the check decodes them
     return ((_tfrecord_source(train_pattern, cfg) if for_training else None),
             _tfrecord_source(eval_pattern, cfg)), None
@@ -187,7 +193,7 @@ def _checked_splits(cfg, seed, workdir, for_training):
   """[(train pairs, infos, skipped names), (eval pairs, infos, skipped names)], every file checked;
   the first is None for an evaluation."""
   if cfg.source == "synthetic":
-    cache_dir = common_data.synthetic_cache_dir(cfg, workdir)
+    cache_dir = sources.synthetic_cache_dir(cfg.cache_dir, workdir)
     if not 2 <= cfg.num_classes <= len(synthetic.CLASS_NAMES):
       raise ConfigError(f"data.num_classes must be 2..{len(synthetic.CLASS_NAMES)} for synthetic scenes, "
                         f"got {cfg.num_classes}")
@@ -197,7 +203,7 @@ def _checked_splits(cfg, seed, workdir, for_training):
                                      cfg.num_eval_images, cfg.num_classes)
     splits = [list_folder_pairs(*folders[split]) for split in ("train", "eval")]
   elif cfg.source == "voc":
-    root = common_data.required(cfg, "voc_root")
+    root = sources.required(cfg.voc_root, "voc_root", cfg.source)
     images_dir, masks_dir, train_file = voc_paths(root, cfg.train_split or VOC_SPLITS[0])
     eval_file = voc_paths(root, cfg.eval_split or VOC_SPLITS[1])[2]
     splits = _split_file_pairs(images_dir, masks_dir, train_file, eval_file, cfg.duplicates, for_training)
@@ -236,7 +242,8 @@ def header_size(where, image):
 
 
 def _folder_splits(cfg, for_training):
-  images_dir, masks_dir = common_data.required(cfg, "images_dir"), common_data.required(cfg, "masks_dir")
+  images_dir = sources.required(cfg.images_dir, "images_dir", cfg.source)
+  masks_dir = sources.required(cfg.masks_dir, "masks_dir", cfg.source)
   if bool(cfg.train_split) != bool(cfg.eval_split):
     raise ConfigError("set both data.train_split and data.eval_split (files of image ids), or neither")
   if cfg.train_split:
@@ -246,7 +253,7 @@ def _folder_splits(cfg, for_training):
   if len(pairs) < 2:
     raise DataError(f"{pairs[0][0]}: one image cannot be split into train and eval; "
                     "add images or set data.train_split and data.eval_split")
-  return common_data.split_by_hash(pairs, cfg.eval_fraction, path_fn=lambda pair: pair[0])
+  return sources.split_by_hash(pairs, cfg.eval_fraction, path_fn=lambda pair: pair[0])
 
 
 def voc_paths(voc_root, split):
@@ -260,10 +267,10 @@ def read_split_file(path, duplicates="error"):
 
   An id listed twice is a DataError, or with duplicates="warn" a warning.
   """
-  entries = [(line.split()[0], None, n) for n, line in common_data.read_text_lines(path, "split file")]
+  entries = [(line.split()[0], None, n) for n, line in text_inputs.read_text_lines(path, "split file")]
   if not entries:
     raise DataError(f"{path}: split file lists no image ids")
-  return {image_id: n for image_id, _, n in common_data.first_entries(entries, path, "image id", duplicates)}
+  return {image_id: n for image_id, _, n in text_inputs.first_entries(entries, path, "image id", duplicates)}
 
 
 def _split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates, for_training):
@@ -276,7 +283,7 @@ def _split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates, 
 def split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates="error"):
   """[train pairs, eval pairs] of the ids of two split files; an id in both is reported (data.duplicates)."""
   train_ids, eval_ids = (read_split_file(path, duplicates) for path in (train_file, eval_file))
-  common_data.check_overlap({i: f"{train_file}:{n}" for i, n in train_ids.items()},
+  text_inputs.check_overlap({i: f"{train_file}:{n}" for i, n in train_ids.items()},
                             {i: f"{eval_file}:{n}" for i, n in eval_ids.items()}, "image id", duplicates)
   images = _list_images(images_dir)
   return [_pairs_of_ids(images, images_dir, masks_dir, ids, path)
@@ -301,7 +308,7 @@ def list_folder_pairs(images_dir, masks_dir, split_file=None, duplicates="error"
 def _list_images(images_dir):
   """{image id: path} of the images of a folder."""
   images = {}
-  for path in common_data.list_files(images_dir, common_data.IMAGE_EXTENSIONS):
+  for path in listing.list_files(images_dir, listing.IMAGE_EXTENSIONS):
     image_id = os.path.splitext(os.path.basename(path))[0]
     if image_id in images:
       raise DataError(f"{images_dir}: two images are named {image_id} ({images[image_id]}, {path})")
@@ -328,8 +335,8 @@ def check_pair(pair, num_classes, ignore_label):
   The mask is read with PIL too, for its palette and the indices of a palette mask.
   """
   image_path, mask_path = pair
-  image_format, _, (width, height) = common_data.check_image(image_path)
-  orientation = common_data.exif_orientation(image_path) if image_format == "JPEG" else 1
+  image_format, _, (width, height) = image_checks.check_image(image_path)
+  orientation = image_checks.exif_orientation(image_path) if image_format == "JPEG" else 1
   if orientation != 1:
     # Refused rather than turned: a mask drawn on the photo as shown would not match the stored
     # pixels that the pipeline decodes, and one drawn on the stored pixels would no longer match
@@ -337,8 +344,8 @@ def check_pair(pair, num_classes, ignore_label):
     raise DataError(f"{image_path}: EXIF orientation {orientation} (viewers show it turned or "
                     "mirrored, TensorFlow decodes it as stored), so its mask may not match its pixels; "
                     "save it with its pixels as shown and orientation 1 (PIL: ImageOps.exif_transpose)")
-  contents = common_data.read_file(mask_path)
-  with common_data.decoded_image(mask_path, contents) as mask:
+  contents = listing.read_file(mask_path)
+  with image_checks.decoded_image(mask_path, contents) as mask:
     mask_format, mask_mode = mask.format, mask.mode
     palette = mask.getpalette() if mask_mode == "P" else None
     ids = np.asarray(mask)
@@ -346,7 +353,7 @@ def check_pair(pair, num_classes, ignore_label):
     raise DataError(f"{mask_path}: masks must be 8-bit grayscale or palette PNGs of class ids, "
                     f"got a {mask_format} of mode {mask_mode}")
   # The channels of _mask_decoder's decode_png: class ids, or the colors of a palette.
-  common_data.tf_decoded(mask_path, tf.io.decode_png, contents, channels=1 if mask_mode == "L" else 3)
+  image_checks.tf_decoded(mask_path, tf.io.decode_png, contents, channels=1 if mask_mode == "L" else 3)
   if ids.shape != (height, width):
     raise DataError(f"mask {mask_path} is {ids.shape[0]}x{ids.shape[1]}, "
                     f"image {image_path} is {height}x{width}")
@@ -370,7 +377,7 @@ def check_pairs(pairs, num_classes, ignore_label, skip_bad_files):
 
 def _checked_pairs(pairs, num_classes, ignore_label, skip_bad_files):
   """(good pairs, their PairInfos, the names of the skipped ones)."""
-  good, infos, skipped = common_data.check_files(
+  good, infos, skipped = image_checks.check_files(
       pairs, lambda pair: check_pair(pair, num_classes, ignore_label), skip_bad_files,
       name_fn=lambda pair: os.path.basename(pair[0]))
   if not good:
@@ -383,7 +390,7 @@ def _pairs_source(pairs, infos, skipped=()):
   sizes = {(info.height, info.width) for info in infos}
 
   def load(image_path, mask_path):
-    return common_data.decode_image(tf.io.read_file(image_path), 3), decode_mask(tf.io.read_file(mask_path))
+    return image_checks.decode_image(tf.io.read_file(image_path), 3), decode_mask(tf.io.read_file(mask_path))
 
   def read(seed):
     files = tf.data.Dataset.from_tensor_slices(tuple(list(column) for column in zip(*pairs)))
@@ -452,7 +459,7 @@ def _check_tfrecord_eval_sizes(pattern, max_pixels):
   """Refuses an evaluation record whose image is over max_pixels from its header, before the
   up-front check decodes it; records that do not parse are left to that check to name."""
   encoded = {"image/encoded": TFRECORD_FEATURES["image/encoded"]}
-  for path in common_data.list_tfrecord_files(pattern):
+  for path in tfrecords.list_tfrecord_files(pattern):
     records = (tf.data.TFRecordDataset(path).enumerate()
                .map(lambda index, record: (index, tf.io.parse_single_example(record, encoded)))
                .ignore_errors())
@@ -468,15 +475,15 @@ def _tfrecord_source(pattern, cfg):
 
   def parse(record):
     features = tf.io.parse_single_example(record, TFRECORD_FEATURES)
-    image = common_data.decode_image(features["image/encoded"], 3)
+    image = image_checks.decode_image(features["image/encoded"], 3)
     mask = tf.io.decode_png(features["image/segmentation/class/encoded"], channels=1)[..., 0]
     return image, mask
 
   def record_values(record):
     """What check tests: the sizes of image and mask, and the mask's pixels per class id."""
-    features = common_data.parse_example(record, TFRECORD_FEATURES)
-    image = common_data.tf_decoded("image/encoded", common_data.decode_image, features["image/encoded"], 3)
-    mask = common_data.tf_decoded("image/segmentation/class/encoded", tf.io.decode_png,
+    features = tfrecords.parse_example(record, TFRECORD_FEATURES)
+    image = image_checks.tf_decoded("image/encoded", image_checks.decode_image, features["image/encoded"], 3)
+    mask = image_checks.tf_decoded("image/segmentation/class/encoded", tf.io.decode_png,
                                   features["image/segmentation/class/encoded"], channels=1)[..., 0]
     return (tf.shape(image)[:2], tf.shape(mask),
             tf.math.bincount(tf.cast(mask, tf.int32), minlength=256, maxlength=256))
@@ -488,15 +495,15 @@ def _tfrecord_source(pattern, cfg):
                      cfg.ignore_label)
     return int(mask_size[0]), int(mask_size[1])
 
-  sizes, skip = common_data.check_tfrecords(pattern, record_values, check, cfg.skip_bad_files)
+  sizes, skip = tfrecords.check_tfrecords(pattern, record_values, check, cfg.skip_bad_files)
 
   def read(seed):
-    records = common_data.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None, skip=skip)
+    records = tfrecords.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None, skip=skip)
     return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
 
   distinct = set(sizes)
   return _Source(read, len(sizes), distinct.pop() if len(distinct) == 1 else None,
-                 common_data.tfrecord_names(skip))
+                 tfrecords.tfrecord_names(skip))
 
 
 # .npy arrays of patches [N, h, w, 3] and labels [N, h, w].
@@ -521,22 +528,22 @@ def _npy_sources(cfg, for_training):
 
 def _check_npy_pair(cfg, split):
   """Reads and checks the headers and values of one split's arrays."""
-  images = common_data.read_npy_header(common_data.required(cfg, f"{split}_images"))
-  labels = common_data.read_npy_header(common_data.required(cfg, f"{split}_labels"))
+  images = npy.read_npy_header(sources.required(cfg[f"{split}_images"], f"{split}_images", cfg.source))
+  labels = npy.read_npy_header(sources.required(cfg[f"{split}_labels"], f"{split}_labels", cfg.source))
   if len(images.shape) != 4 or images.shape[-1] != 3:
     raise DataError(f"{images.path}: images must be [N, height, width, 3], got {list(images.shape)}")
   label_shape = labels.shape[:3] if len(labels.shape) == 4 and labels.shape[3] == 1 else labels.shape
   if label_shape != images.shape[:3]:
     raise DataError(f"{labels.path}: labels are {list(labels.shape)}, images {images.path} are "
                     f"{list(images.shape)}; expected [N, height, width]")
-  low, high = common_data.check_npy_finite(images)
+  low, high = npy.check_npy_finite(images)
   if low < 0 or high > cfg.npy_pixel_max:
     raise DataError(f"{images.path}: values span [{low:g}, {high:g}], outside [0, data.npy_pixel_max="
                     f"{cfg.npy_pixel_max:g}]; store pixels in [0, 255] or [0, 1] and set data.npy_pixel_max")
   if images.dtype != np.uint8 and cfg.npy_pixel_max == 255 and high <= 1:
     logging.warning("%s: values lie in [0, 1]; if that is the pixel range set data.npy_pixel_max=1",
                     images.path)
-  common_data.check_npy_labels(labels, cfg.num_classes, cfg.ignore_label)
+  npy.check_npy_labels(labels, cfg.num_classes, cfg.ignore_label)
   return images, labels
 
 
@@ -546,8 +553,8 @@ def _npy_source(images, labels, pixel_max, start, stop):
   scale = 255.0 / pixel_max
 
   def block(a, b):
-    return tf.data.Dataset.zip((common_data.read_npy_records(images, a, b),
-                                common_data.read_npy_records(labels, a, b)))
+    return tf.data.Dataset.zip((npy.read_npy_records(images, a, b),
+                                npy.read_npy_records(labels, a, b)))
 
   def convert(image, label):
     if image.dtype != tf.uint8:
@@ -558,7 +565,7 @@ def _npy_source(images, labels, pixel_max, start, stop):
     if seed is None:
       records = block(start, stop)
     else:
-      records = common_data.read_shuffled_blocks(
+      records = npy.read_shuffled_blocks(
           stop - start, lambda a, b: block(start + a, start + b), seed=seed)
     return records.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
 
@@ -631,8 +638,8 @@ def _pad_to_at_least(image, mask, size, ignore_label):
 
 def _make_eval(source, ignore_label, pad_multiple, batch_size):
   def prepare(image, mask):
-    return (common_data.pad_to_multiple(image, pad_multiple),
-            tf.cast(common_data.pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32))
+    return (pipeline.pad_to_multiple(image, pad_multiple),
+            tf.cast(pipeline.pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32))
 
   return (source.read(None)
           .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
@@ -642,6 +649,6 @@ def _make_eval(source, ignore_label, pad_multiple, batch_size):
 
 def read_image_file(path):
   """uint8 [h, w, 3] of an image file, for prediction; DataError if it does not decode."""
-  common_data.check_image(path)
-  return common_data.decode_image(tf.io.read_file(path), 3)
+  image_checks.check_image(path)
+  return image_checks.decode_image(tf.io.read_file(path), 3)
 

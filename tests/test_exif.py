@@ -8,7 +8,7 @@ from PIL import Image
 import pytest
 
 from common.app import cli
-from common.data import readers as common_data
+from common.data import image_checks
 from helpers import make_config
 from segmentation import data as seg_data
 from segmentation import train
@@ -33,9 +33,9 @@ def write_folder(root, orientation_of_im2):
 
 def test_the_orientation_is_read_from_jpeg_files_only(tmp_path):
   write_folder(str(tmp_path), 6)
-  assert common_data.exif_orientation(str(tmp_path / "images" / "im2.jpg")) == 6
-  assert common_data.exif_orientation(str(tmp_path / "images" / "im1.jpg")) == 1
-  assert common_data.exif_orientation(str(tmp_path / "masks" / "im2.png")) == 1
+  assert image_checks.exif_orientation(str(tmp_path / "images" / "im2.jpg")) == 6
+  assert image_checks.exif_orientation(str(tmp_path / "images" / "im1.jpg")) == 1
+  assert image_checks.exif_orientation(str(tmp_path / "masks" / "im2.png")) == 1
 
 
 @pytest.mark.parametrize("skip_bad_files", [False, True])

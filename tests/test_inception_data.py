@@ -9,7 +9,8 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common.data import readers as common_data
+from common.data import listing
+from common.data import tfrecords
 from common.runtime import workdir as workdir_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
@@ -152,14 +153,14 @@ def write_slim_tfrecords(prefix, labels, label_values=None, cut=None):
     if index == cut:
       encoded = tf.io.encode_png(np.full((10, 10, 3), 20 * index, np.uint8)).numpy()[:-16]
     values = label_values[index] if label_values else [label]
-    records.append(common_data.make_example({
-        "image/encoded": common_data.bytes_feature(encoded),
-        "image/format": common_data.bytes_feature(b"jpeg"),
-        "image/class/label": common_data.int64_feature(list(values)),
-        "image/height": common_data.int64_feature(10),
-        "image/width": common_data.int64_feature(10),
+    records.append(tfrecords.make_example({
+        "image/encoded": tfrecords.bytes_feature(encoded),
+        "image/format": tfrecords.bytes_feature(b"jpeg"),
+        "image/class/label": tfrecords.int64_feature(list(values)),
+        "image/height": tfrecords.int64_feature(10),
+        "image/width": tfrecords.int64_feature(10),
     }))
-  common_data.write_tfrecord_shards(records, str(prefix), 2)
+  tfrecords.write_tfrecord_shards(records, str(prefix), 2)
   return f"{prefix}-*.tfrecord"
 
 
@@ -271,7 +272,7 @@ def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, ca
   eval_dir = write_class_folders(tmp_path / "eval", [2, 2], prefix="eval")
   bad = truncated_png(tmp_path / split / "breed_1" / "cut.png")
   cfg = data_config(source="folder", train_dir=train_dir, eval_dir=eval_dir)
-  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+  with pytest.raises(listing.UndecodableFileError) as excinfo:
     data_lib.make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
   cfg.skip_bad_files = True
@@ -294,7 +295,7 @@ def test_tfrecord_images_are_decoded_up_front_naming_shard_and_record(tmp_path, 
   shard = str(tmp_path / "bad-00001-of-00002.tfrecord")
   cfg = data_config(source="tfrecord", num_classes=2, train_pattern=bad if split == "train" else good,
                     eval_pattern=bad if split == "eval" else good)
-  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+  with pytest.raises(listing.UndecodableFileError) as excinfo:
     data_lib.make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
   cfg.skip_bad_files = True

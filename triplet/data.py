@@ -17,7 +17,10 @@ from PIL import Image
 from PIL import ImageDraw
 import tensorflow as tf
 
-from common.data import readers as common_data
+from common.data import image_checks
+from common.data import listing
+from common.data import sources
+from common.data import text_inputs
 from common.data import normalization
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
@@ -65,19 +68,19 @@ def list_identities(root, skip_bad_files=False):
   candidates, non_images = {}, []
   for name in names:
     directory = os.path.join(root, name)
-    files = [os.path.join(directory, f) for f in common_data.file_names(directory)]
-    candidates[name] = [f for f in files if f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
-    non_images += [f for f in files if not f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
+    files = [os.path.join(directory, f) for f in listing.file_names(directory)]
+    candidates[name] = [f for f in files if f.lower().endswith(listing.IMAGE_EXTENSIONS)]
+    non_images += [f for f in files if not f.lower().endswith(listing.IMAGE_EXTENSIONS)]
   if non_images and not skip_bad_files:
     raise DataError(f"{non_images[0]}: not an image (expected one of "
-                    f"{', '.join(common_data.IMAGE_EXTENSIONS)}); data.skip_bad_files=True skips such files")
+                    f"{', '.join(listing.IMAGE_EXTENSIONS)}); data.skip_bad_files=True skips such files")
   for path in non_images:
     logging.warning("skipping: %s: not an image", path)
   if non_images:
     logging.warning("skipped %d files that are not images under %s, e.g. %s",
                     len(non_images), root, non_images[0])
   all_paths = [p for name in names for p in candidates[name]]
-  good, _, skipped = common_data.check_files(all_paths, common_data.check_image, skip_bad_files)
+  good, _, skipped = image_checks.check_files(all_paths, image_checks.check_image, skip_bad_files)
   good = set(good)
   return Identities([Identity(name, os.path.join(root, name), [p for p in candidates[name] if p in good])
                      for name in names], non_images + skipped)
@@ -124,7 +127,7 @@ def read_pairs(pairs_path, image_root):
   "name idx1 idx2" (same identity) or "name1 idx1 name2 idx2"; image idx of
   name is {image_root}/{name}/{name}_{idx:04d} with an image extension.
   """
-  lines = [(n, line.split()) for n, line in common_data.read_text_lines(pairs_path, "pairs file")]
+  lines = [(n, line.split()) for n, line in text_inputs.read_text_lines(pairs_path, "pairs file")]
   if not lines:
     raise DataError(f"{pairs_path}: empty pairs file")
   num_folds, per_fold = _parse_pairs_header(pairs_path, lines[0][1])
@@ -157,7 +160,7 @@ def _parse_pair(pairs_path, line_number, tokens, image_root):
 
 def _pair_image(where, image_root, name, index):
   stem = os.path.join(image_root, name, f"{name}_{index:04d}")
-  for extension in common_data.IMAGE_EXTENSIONS:
+  for extension in listing.IMAGE_EXTENSIONS:
     for candidate in (stem + extension, stem + extension.upper()):
       if os.path.lexists(candidate):  # a link to nothing too: check_pairs names it
         return candidate
@@ -168,7 +171,7 @@ def _pair_image(where, image_root, name, index):
 def check_pairs(pairs, skip_bad_files=False):
   """Decodes every image of the pairs; returns (the pairs whose images decode, names of skipped images)."""
   paths = sorted({p for pair in pairs for p in pair[:2]})
-  good, _, skipped = common_data.check_files(paths, common_data.check_image, skip_bad_files)
+  good, _, skipped = image_checks.check_files(paths, image_checks.check_image, skip_bad_files)
   if not skipped:
     return pairs, []
   good = set(good)
@@ -210,7 +213,7 @@ def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identit
 
   key = (f"synthetic_seed{seed}_train{num_train}_eval{num_eval}_k{images_per_identity}_"
          f"{image_size}px_grid{grid_size}_pairs{num_folds}x{pairs_per_fold}")
-  directory = common_data.write_once(cache_dir, key, write)
+  directory = sources.write_once(cache_dir, key, write)
   return SyntheticData(os.path.join(directory, "train"), os.path.join(directory, "eval"),
                        os.path.join(directory, "pairs.txt"))
 
@@ -218,7 +221,7 @@ def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identit
 def prepare_synthetic(data_config, seed, workdir):
   """Writes (once) the synthetic identities the config describes; returns SyntheticData."""
   return make_synthetic_identities(
-      common_data.synthetic_cache_dir(data_config, workdir), data_config.num_train_identities,
+      sources.synthetic_cache_dir(data_config.cache_dir, workdir), data_config.num_train_identities,
       data_config.num_eval_identities, data_config.images_per_synthetic_identity,
       data_config.load_size, seed, num_folds=data_config.num_pair_folds,
       pairs_per_fold=data_config.pairs_per_fold)
@@ -283,7 +286,7 @@ def load_train_identities(data_config, seed, workdir):
   if data_config.source == "synthetic":
     root = prepare_synthetic(data_config, seed, workdir).train_dir
   else:
-    root = common_data.required(data_config, "train_dir")
+    root = sources.required(data_config.train_dir, "train_dir", data_config.source)
   identities = list_identities(root, data_config.skip_bad_files)
   return select_identities(identities, data_config.images_per_identity, data_config.small_identities)
 
@@ -294,7 +297,7 @@ def load_eval_data(data_config, seed, workdir):
   A held-out identity that is a training identity too (by folder name) is a
   DataError, or with data.duplicates="warn" a warning.
   """
-  duplicates = common_data.duplicates_mode(data_config)
+  duplicates = text_inputs.check_duplicates_mode(data_config.duplicates)
   if data_config.source == "synthetic":
     synthetic = prepare_synthetic(data_config, seed, workdir)
     eval_dir, pairs_file, pairs_dir = synthetic.eval_dir, synthetic.pairs_path, synthetic.eval_dir
@@ -320,13 +323,13 @@ def load_eval_data(data_config, seed, workdir):
 def _check_identity_overlap(train_dir, eval_identities, duplicates):
   train_names = [n for n in (os.listdir(train_dir) if os.path.isdir(train_dir) else [])
                  if not n.startswith(".") and os.path.isdir(os.path.join(train_dir, n))]
-  common_data.check_overlap({name: os.path.join(train_dir, name) for name in train_names},
+  text_inputs.check_overlap({name: os.path.join(train_dir, name) for name in train_names},
                             {i.name: i.directory for i in eval_identities}, "identity", duplicates)
 
 
 def data_report(train_identities, eval_data):
   """What the checks skipped, for metrics.json (common/data.skip_report)."""
-  return common_data.skip_report({"train": getattr(train_identities, "skipped", []), **eval_data.skipped})
+  return image_checks.skip_report({"train": getattr(train_identities, "skipped", []), **eval_data.skipped})
 
 
 # tf.data pipelines.
@@ -334,7 +337,7 @@ def data_report(train_identities, eval_data):
 
 def load_image(path, load_size):
   """File -> uint8-valued float32 [load_size, load_size, 3] (resized when it is another size)."""
-  image = common_data.decode_image(tf.io.read_file(path))
+  image = image_checks.decode_image(tf.io.read_file(path))
   return tf.image.resize(image, [load_size, load_size])
 
 
