@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 from common.app import cli
+from common.data import class_masks
 from common.data import tfrecords
 from common.contract.errors import UserError
 from segmentation import data as seg_data
@@ -78,7 +79,7 @@ def make_record(pair, info):
 
 def convert(pairs, num_classes, ignore_label, output_prefix, num_shards, skip_bad_files=False):
   """Checks the pairs and writes them as shards; returns the shard paths."""
-  pairs, infos = seg_data.check_pairs(pairs, num_classes, ignore_label, skip_bad_files)
+  pairs, infos = class_masks.check_pairs(pairs, num_classes, ignore_label, skip_bad_files)
   every = max(len(pairs) // _PROGRESS_LINES, 1)
 
   def records():

@@ -20,14 +20,12 @@ checkpointed.
 """
 import collections
 import dataclasses
-import io
 import os
 
 from absl import logging
-import numpy as np
-from PIL import Image
 import tensorflow as tf
 
+from common.data import class_masks
 from common.data import image_checks
 from common.data import listing
 from common.data import npy
@@ -48,14 +46,6 @@ VOC_CLASS_NAMES = (
 VOC_SPLITS = ("train", "val")
 # Optional, in a VOC root: one class name per line, class 0 first (VOC's own 21 names are known).
 VOC_CLASS_NAMES_FILE = "class_names.txt"
-
-# Keys of the TFRecords written by scripts/convert_to_tfrecord.py (DeepLab's names).
-TFRECORD_FEATURES = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/segmentation/class/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/height": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-    "image/width": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,10 +79,6 @@ class SegmentationData:
 # size is the number of images; image_size is (h, w) when every image has it,
 # else None; skipped names what the check skipped.
 _Source = collections.namedtuple("_Source", ["read", "size", "image_size", "skipped"], defaults=[()])
-
-# What the up-front check learns about an image and its mask.
-PairInfo = collections.namedtuple("PairInfo", ["image_format", "height", "width", "mask_mode", "palette",
-                                               "class_ids"])
 
 
 def make_datasets(data_cfg, batch_size, seed, pad_multiple, workdir=None, for_training=True):
@@ -175,7 +161,7 @@ def _make_sources(cfg, seed, workdir, for_training):
   if cfg.source == "tfrecord":
     train_pattern = sources.required(cfg.train_pattern, "train_pattern", cfg.source) if for_training else None
     eval_pattern = sources.required(cfg.eval_pattern, "eval_pattern", cfg.source)
-    _check_tfrecord_eval_sizes(eval_pattern, cfg.eval_max_pixels)  # before the check decodes them
+    tfrecords.check_image_sizes(eval_pattern, "image/encoded", cfg.eval_max_pixels)  # before decoding
     return ((_tfrecord_source(train_pattern, cfg) if for_training else None),
             _tfrecord_source(eval_pattern, cfg)), None
   if cfg.source == "npy":
@@ -209,36 +195,11 @@ def _checked_splits(cfg, seed, workdir, for_training):
     splits = _split_file_pairs(images_dir, masks_dir, train_file, eval_file, cfg.duplicates, for_training)
   else:
     splits = _folder_splits(cfg, for_training)
-  checked = [_checked_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files)
+  checked = [class_masks.checked_pairs(pairs, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files)
              if for_training or split == 1 else None for split, pairs in enumerate(splits)]
   for (image_path, _), info in zip(*checked[1][:2]):
-    check_eval_size(image_path, (info.height, info.width), cfg.eval_max_pixels)
+    image_checks.check_eval_size(image_path, (info.height, info.width), cfg.eval_max_pixels)
   return checked
-
-
-def check_eval_size(where, size, max_pixels, setting="data.eval_max_pixels"):
-  """Refuses an image of (height, width) `size` over `max_pixels`, before any training or loading.
-
-  Evaluation and prediction run on whole images, whose activations grow with their pixels (about
-  300 bytes a pixel for the default network: 19 GB for 8000x8000).
-  """
-  height, width = size
-  if height * width > max_pixels:
-    raise DataError(f"{where}: {height}x{width} is {height * width:,} pixels, more than "
-                    f"{setting}={max_pixels:,}, the bound on the memory of one whole image; resize it "
-                    f"or raise {setting}")
-
-
-def header_size(where, image):
-  """(height, width) from the header of an image (a path or a file of its bytes), which PIL reads
-  without decoding the pixels; None when it has no readable header (the decode check names it)."""
-  try:
-    with Image.open(image) as opened:
-      return opened.height, opened.width
-  except Image.DecompressionBombError as e:  # PIL's own bound, far above any evaluation's
-    raise DataError(f"{where}: {e}") from None
-  except Exception:  # pylint: disable=broad-except  # PIL raises many types for broken files
-    return None
 
 
 def _folder_splits(cfg, for_training):
@@ -329,177 +290,28 @@ def _pairs_of_ids(images, images_dir, masks_dir, ids, split_file):
   return pairs
 
 
-def check_pair(pair, num_classes, ignore_label):
-  """Decodes an image and its mask as the pipeline does and checks that they agree; returns a PairInfo.
-
-  The mask is read with PIL too, for its palette and the indices of a palette mask.
-  """
-  image_path, mask_path = pair
-  image_format, _, (width, height) = image_checks.check_image(image_path)
-  orientation = image_checks.exif_orientation(image_path) if image_format == "JPEG" else 1
-  if orientation != 1:
-    # Refused rather than turned: a mask drawn on the photo as shown would not match the stored
-    # pixels that the pipeline decodes, and one drawn on the stored pixels would no longer match
-    # a turned photo; only the user knows which it is.
-    raise DataError(f"{image_path}: EXIF orientation {orientation} (viewers show it turned or "
-                    "mirrored, TensorFlow decodes it as stored), so its mask may not match its pixels; "
-                    "save it with its pixels as shown and orientation 1 (PIL: ImageOps.exif_transpose)")
-  contents = listing.read_file(mask_path)
-  with image_checks.decoded_image(mask_path, contents) as mask:
-    mask_format, mask_mode = mask.format, mask.mode
-    palette = mask.getpalette() if mask_mode == "P" else None
-    ids = np.asarray(mask)
-  if mask_format != "PNG" or mask_mode not in ("L", "P"):
-    raise DataError(f"{mask_path}: masks must be 8-bit grayscale or palette PNGs of class ids, "
-                    f"got a {mask_format} of mode {mask_mode}")
-  # The channels of _mask_decoder's decode_png: class ids, or the colors of a palette.
-  image_checks.tf_decoded(mask_path, tf.io.decode_png, contents, channels=1 if mask_mode == "L" else 3)
-  if ids.shape != (height, width):
-    raise DataError(f"mask {mask_path} is {ids.shape[0]}x{ids.shape[1]}, "
-                    f"image {image_path} is {height}x{width}")
-  class_ids = np.flatnonzero(np.bincount(ids.ravel(), minlength=256))
-  _check_class_ids(mask_path, class_ids, num_classes, ignore_label)
-  return PairInfo(image_format, height, width, mask_mode, tuple(palette) if palette else None,
-                  tuple(int(c) for c in class_ids))
-
-
-def _check_class_ids(where, class_ids, num_classes, ignore_label):
-  bad = [c for c in class_ids if c >= num_classes and c != ignore_label]
-  if bad:
-    raise DataError(f"{where}: class id {bad[0]} >= data.num_classes={num_classes} "
-                    f"and not data.ignore_label={ignore_label}")
-
-
-def check_pairs(pairs, num_classes, ignore_label, skip_bad_files):
-  """Checks every pair up front; returns (good pairs, their PairInfos)."""
-  return _checked_pairs(pairs, num_classes, ignore_label, skip_bad_files)[:2]
-
-
-def _checked_pairs(pairs, num_classes, ignore_label, skip_bad_files):
-  """(good pairs, their PairInfos, the names of the skipped ones)."""
-  good, infos, skipped = image_checks.check_files(
-      pairs, lambda pair: check_pair(pair, num_classes, ignore_label), skip_bad_files,
-      name_fn=lambda pair: os.path.basename(pair[0]))
-  if not good:
-    raise DataError(f"no image of {os.path.dirname(pairs[0][0])} decodes")
-  return good, infos, skipped
-
-
 def _pairs_source(pairs, infos, skipped=()):
-  decode_mask = _mask_decoder(pairs, infos)
+  decode_mask = class_masks.mask_decoder(pairs, infos)
   sizes = {(info.height, info.width) for info in infos}
 
   def load(image_path, mask_path):
     return image_checks.decode_image(tf.io.read_file(image_path), 3), decode_mask(tf.io.read_file(mask_path))
 
-  def read(seed):
-    files = tf.data.Dataset.from_tensor_slices(tuple(list(column) for column in zip(*pairs)))
-    if seed is not None:
-      files = files.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True).repeat()
-    return files.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-
-  return _Source(read, len(pairs), sizes.pop() if len(sizes) == 1 else None, skipped)
-
-
-def _mask_decoder(pairs, infos):
-  """PNG bytes -> uint8 class ids [h, w].
-
-  tf.io.decode_png expands palette PNGs to RGB, so palette masks (VOC's
-  SegmentationClass) are mapped back from colors to indices with a lookup
-  sorted by color; the check has made sure the palette is the same in every
-  mask and that the colors of the indices in use are distinct.
-  """
-  modes = {info.mask_mode for info in infos}
-  if modes == {"L"}:
-    return lambda png: tf.io.decode_png(png, channels=1)[..., 0]
-  if len(modes) > 1:
-    first = {}
-    for pair, info in zip(pairs, infos):
-      first.setdefault(info.mask_mode, pair[1])
-    raise DataError(f"masks mix palette and grayscale PNGs ({first['P']} is palette, {first['L']} is grayscale)")
-  colors, ids = _palette_lookup(pairs, infos)
-
-  def decode(png):
-    rgb = tf.cast(tf.io.decode_png(png, channels=3), tf.int32)
-    keys = rgb[..., 0] * 65536 + rgb[..., 1] * 256 + rgb[..., 2]
-    position = tf.searchsorted(colors, tf.reshape(keys, [-1]))
-    labels = tf.gather(ids, tf.minimum(position, len(ids) - 1))
-    return tf.reshape(labels, tf.shape(keys))
-
-  return decode
-
-
-def _palette_lookup(pairs, infos):
-  """(sorted int32 color keys, uint8 ids) of the palette indices used by any mask."""
-  palette = infos[0].palette
-  used = set()
-  for (_, mask_path), info in zip(pairs, infos):
-    if info.palette != palette:
-      raise DataError(f"{mask_path}: its palette differs from that of {pairs[0][1]}; "
-                      "convert the masks to grayscale PNGs of class ids")
-    used.update(info.class_ids)
-  by_color = {}
-  for index in sorted(used):
-    if 3 * index + 2 >= len(palette):
-      raise DataError(f"{pairs[0][1]}: index {index} is outside the mask's palette")
-    r, g, b = palette[3 * index:3 * index + 3]
-    key = (r << 16) | (g << 8) | b
-    if key in by_color:
-      raise DataError(f"{pairs[0][1]}: palette indices {by_color[key]} and {index} have the same color; "
-                      "convert the masks to grayscale PNGs of class ids")
-    by_color[key] = index
-  keys = sorted(by_color)
-  return tf.constant(keys, tf.int32), tf.constant([by_color[k] for k in keys], tf.uint8)
+  columns = tuple(list(column) for column in zip(*pairs))
+  return _Source(lambda seed: pipeline.read_files(columns, load, seed), len(pairs),
+                 sizes.pop() if len(sizes) == 1 else None, skipped)
 
 
 # TFRecord shards.
 
 
-def _check_tfrecord_eval_sizes(pattern, max_pixels):
-  """Refuses an evaluation record whose image is over max_pixels from its header, before the
-  up-front check decodes it; records that do not parse are left to that check to name."""
-  encoded = {"image/encoded": TFRECORD_FEATURES["image/encoded"]}
-  for path in tfrecords.list_tfrecord_files(pattern):
-    records = (tf.data.TFRecordDataset(path).enumerate()
-               .map(lambda index, record: (index, tf.io.parse_single_example(record, encoded)))
-               .ignore_errors())
-    for index, features in records.as_numpy_iterator():
-      where = f"{path}: record {index}"
-      size = header_size(where, io.BytesIO(features["image/encoded"]))
-      if size:
-        check_eval_size(where, size, max_pixels)
-
-
 def _tfrecord_source(pattern, cfg):
   """Records of scripts/convert_to_tfrecord.py, every one parsed and decoded up front."""
-
-  def parse(record):
-    features = tf.io.parse_single_example(record, TFRECORD_FEATURES)
-    image = image_checks.decode_image(features["image/encoded"], 3)
-    mask = tf.io.decode_png(features["image/segmentation/class/encoded"], channels=1)[..., 0]
-    return image, mask
-
-  def record_values(record):
-    """What check tests: the sizes of image and mask, and the mask's pixels per class id."""
-    features = tfrecords.parse_example(record, TFRECORD_FEATURES)
-    image = image_checks.tf_decoded("image/encoded", image_checks.decode_image, features["image/encoded"], 3)
-    mask = image_checks.tf_decoded("image/segmentation/class/encoded", tf.io.decode_png,
-                                  features["image/segmentation/class/encoded"], channels=1)[..., 0]
-    return (tf.shape(image)[:2], tf.shape(mask),
-            tf.math.bincount(tf.cast(mask, tf.int32), minlength=256, maxlength=256))
-
-  def check(image_size, mask_size, pixels_per_id):
-    if tuple(image_size) != tuple(mask_size):
-      raise DataError(f"the mask is {mask_size[0]}x{mask_size[1]}, the image {image_size[0]}x{image_size[1]}")
-    _check_class_ids("image/segmentation/class/encoded", np.flatnonzero(pixels_per_id), cfg.num_classes,
-                     cfg.ignore_label)
-    return int(mask_size[0]), int(mask_size[1])
-
-  sizes, skip = tfrecords.check_tfrecords(pattern, record_values, check, cfg.skip_bad_files)
+  sizes, skip = class_masks.check_mask_records(pattern, cfg.num_classes, cfg.ignore_label, cfg.skip_bad_files)
 
   def read(seed):
     records = tfrecords.read_tfrecords(pattern, shuffle_seed=seed, repeat=seed is not None, skip=skip)
-    return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return records.map(class_masks.parse_mask_record, num_parallel_calls=tf.data.AUTOTUNE)
 
   distinct = set(sizes)
   return _Source(read, len(sizes), distinct.pop() if len(distinct) == 1 else None,
@@ -536,13 +348,7 @@ def _check_npy_pair(cfg, split):
   if label_shape != images.shape[:3]:
     raise DataError(f"{labels.path}: labels are {list(labels.shape)}, images {images.path} are "
                     f"{list(images.shape)}; expected [N, height, width]")
-  low, high = npy.check_npy_finite(images)
-  if low < 0 or high > cfg.npy_pixel_max:
-    raise DataError(f"{images.path}: values span [{low:g}, {high:g}], outside [0, data.npy_pixel_max="
-                    f"{cfg.npy_pixel_max:g}]; store pixels in [0, 255] or [0, 1] and set data.npy_pixel_max")
-  if images.dtype != np.uint8 and cfg.npy_pixel_max == 255 and high <= 1:
-    logging.warning("%s: values lie in [0, 1]; if that is the pixel range set data.npy_pixel_max=1",
-                    images.path)
+  npy.check_npy_pixels(images, cfg.npy_pixel_max)
   npy.check_npy_labels(labels, cfg.num_classes, cfg.ignore_label)
   return images, labels
 
@@ -552,22 +358,13 @@ def _npy_source(images, labels, pixel_max, start, stop):
   height, width = images.shape[1:3]
   scale = 255.0 / pixel_max
 
-  def block(a, b):
-    return tf.data.Dataset.zip((npy.read_npy_records(images, a, b),
-                                npy.read_npy_records(labels, a, b)))
-
   def convert(image, label):
     if image.dtype != tf.uint8:
       image = tf.cast(tf.round(tf.clip_by_value(tf.cast(image, tf.float32) * scale, 0, 255)), tf.uint8)
     return image, tf.cast(tf.reshape(label, [height, width]), tf.uint8)
 
   def read(seed):
-    if seed is None:
-      records = block(start, stop)
-    else:
-      records = npy.read_shuffled_blocks(
-          stop - start, lambda a, b: block(start + a, start + b), seed=seed)
-    return records.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
+    return npy.read_npy_pair(images, labels, start, stop, seed).map(convert, num_parallel_calls=tf.data.AUTOTUNE)
 
   return _Source(read, stop - start, (height, width))
 
@@ -583,7 +380,7 @@ def _make_train(source, cfg, batch_size, seed):
   def crop(index, example):
     image, mask = example
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    return sample_patches(image, mask, patch_size, count, element_seed, cfg.ignore_label)
+    return pipeline.sample_patches(image, mask, patch_size, count, element_seed, cfg.ignore_label)
 
   def to_int32(images, masks):
     return images, tf.cast(masks, tf.int32)
@@ -596,44 +393,6 @@ def _make_train(source, cfg, batch_size, seed):
           .batch(batch_size, drop_remainder=True)
           .map(to_int32)
           .prefetch(tf.data.AUTOTUNE))
-
-
-def sample_patches(image, mask, patch_size, count, seed, ignore_label):
-  """`count` random patch_size crops at the same places of an image and its mask.
-
-  Args:
-    image: uint8 [h, w, 3]; smaller images are padded with 0.
-    mask: uint8 [h, w]; padded with ignore_label.
-    patch_size: crop height and width.
-    count: crops.
-    seed: int64 [2], for tf.random.stateless_uniform.
-    ignore_label: mask value of padding.
-
-  Returns:
-    (uint8 [count, p, p, 3], uint8 [count, p, p]).
-  """
-  image, mask = _pad_to_at_least(image, mask, patch_size, ignore_label)
-  # The mask travels as a fourth channel, so both are cut by the same gathers.
-  stacked = tf.concat([image, mask[..., None]], axis=-1)
-  shape = tf.shape(stacked)
-  room = tf.cast(shape[:2] - patch_size + 1, tf.float32)
-  offsets = tf.cast(tf.random.stateless_uniform([count, 2], seed) * room, tf.int32)
-  offsets = tf.minimum(offsets, shape[:2] - patch_size)
-  steps = tf.range(patch_size)
-  rows = offsets[:, :1] + steps  # [count, p]
-  cols = offsets[:, 1:] + steps
-  patches = tf.gather(stacked, rows)  # [count, p, w, 4]
-  patches = tf.gather(patches, cols, axis=2, batch_dims=1)  # [count, p, p, 4]
-  patches = tf.ensure_shape(patches, [count, patch_size, patch_size, 4])
-  return patches[..., :3], patches[..., 3]
-
-
-def _pad_to_at_least(image, mask, size, ignore_label):
-  shape = tf.shape(mask)
-  pad_h, pad_w = tf.maximum(size - shape[0], 0), tf.maximum(size - shape[1], 0)
-  image = tf.pad(image, [[0, pad_h], [0, pad_w], [0, 0]])
-  mask = tf.pad(mask, [[0, pad_h], [0, pad_w]], constant_values=ignore_label)
-  return image, mask
 
 
 def _make_eval(source, ignore_label, pad_multiple, batch_size):
@@ -651,4 +410,3 @@ def read_image_file(path):
   """uint8 [h, w, 3] of an image file, for prediction; DataError if it does not decode."""
   image_checks.check_image(path)
   return image_checks.decode_image(tf.io.read_file(path), 3)
-

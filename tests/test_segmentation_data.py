@@ -12,7 +12,9 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
+from common.data import class_masks
 from common.data import listing
+from common.data import pipeline
 from common.data import sources
 from common.data import tfrecords
 from common.contract.errors import ConfigError
@@ -216,7 +218,7 @@ def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
 def test_small_images_are_padded_to_the_patch_size_with_the_ignore_label():
   image = tf.ones([5, 30, 3], tf.uint8)
   mask = tf.ones([5, 30], tf.uint8)
-  patches, labels = seg_data.sample_patches(image, mask, 8, 3, tf.constant([1, 2], tf.int64), 255)
+  patches, labels = pipeline.sample_patches(image, mask, 8, 3, tf.constant([1, 2], tf.int64), 255)
   assert patches.shape == (3, 8, 8, 3) and labels.shape == (3, 8, 8)
   assert np.all(labels.numpy()[:, 5:] == 255) and np.all(labels.numpy()[:, :5] == 1)
   assert np.all(patches.numpy()[:, 5:] == 0)
@@ -408,7 +410,7 @@ def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
     data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert "skipped 2 of 5 files that do not decode: img001.png, img004.png" in caplog.text
   first_batch(data.train)
-  pairs, _ = seg_data.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
+  pairs, _ = class_masks.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
                                   skip_bad_files=True)
   assert [os.path.basename(p[0]) for p in pairs] == ["img000.png", "img002.png", "img003.png"]
 
@@ -490,7 +492,7 @@ def test_convert_script_writes_shards_from_the_command_line(tmp_path):
   assert result.returncode == 0, result.stderr
   assert f"wrote 1 shards: {tmp_path / 'val'}-*-of-00001.tfrecord" in result.stdout
   (record,) = tf.data.TFRecordDataset(str(tmp_path / "val-00000-of-00001.tfrecord"))
-  features = tf.io.parse_single_example(record, seg_data.TFRECORD_FEATURES)
+  features = tf.io.parse_single_example(record, class_masks.TFRECORD_FEATURES)
   np.testing.assert_array_equal(
       tf.io.decode_png(features["image/segmentation/class/encoded"])[..., 0].numpy(), masks[-1])
 

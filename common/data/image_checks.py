@@ -107,12 +107,12 @@ def exif_orientation(path):
   with _opened_image(path) as img:
     return int(img.getexif().get(_EXIF_ORIENTATION, 1)) if img.format == "JPEG" else 1
 
+
 def decode_image(contents, channels=3):
   """Encoded JPEG/PNG/BMP/GIF bytes -> uint8 [height, width, channels] (first frame of a GIF)."""
   image = tf.io.decode_image(contents, channels=channels, expand_animations=False)
   image.set_shape([None, None, channels])
   return image
-
 
 
 def check_files(items, check_fn, skip_bad_files, name_fn=str, what="files"):
@@ -201,3 +201,27 @@ def skip_report(skipped):
   return {"skipped_files": {split: len(split_names) for split, split_names in skipped.items()},
           "skipped_names": names[:_MAX_NAMES_REPORTED]}
 
+
+def check_eval_size(where, size, max_pixels, setting="data.eval_max_pixels"):
+  """Refuses an image of (height, width) `size` over `max_pixels`, before any training or loading.
+
+  Evaluation and prediction run on whole images, whose activations grow with their pixels (about
+  300 bytes a pixel for the default network: 19 GB for 8000x8000).
+  """
+  height, width = size
+  if height * width > max_pixels:
+    raise DataError(f"{where}: {height}x{width} is {height * width:,} pixels, more than "
+                    f"{setting}={max_pixels:,}, the bound on the memory of one whole image; resize it "
+                    f"or raise {setting}")
+
+
+def header_size(where, image):
+  """(height, width) from the header of an image (a path or a file of its bytes), which PIL reads
+  without decoding the pixels; None when it has no readable header (the decode check names it)."""
+  try:
+    with Image.open(image) as opened:
+      return opened.height, opened.width
+  except Image.DecompressionBombError as e:  # PIL's own bound, far above any evaluation's
+    raise DataError(f"{where}: {e}") from None
+  except Exception:  # pylint: disable=broad-except  # PIL raises many types for broken files
+    return None

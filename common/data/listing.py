@@ -14,7 +14,6 @@ class UndecodableFileError(DataError):
   """A file that does not decode; `skip_bad_files` may skip it."""
 
 
-
 def file_names(directory):
   """Sorted names of the files directly in `directory`, hidden ones left out.
 
@@ -68,4 +67,3 @@ def files_fingerprint(paths):
   names = [os.path.relpath(path, root) for path in paths]
   digest = hashlib.sha1("\n".join(names).encode()).hexdigest()[:12]
   return f"{len(paths)} files, {digest}"
-

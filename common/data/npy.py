@@ -4,6 +4,7 @@ import collections
 import os
 import sys
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -117,6 +118,18 @@ def read_shuffled_blocks(num_records, make_block, seed, block_records=256, cycle
                                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
+def read_npy_pair(first, second, start, stop, seed):
+  """(record of first, record of second) for records start..stop-1 of two arrays of as many records:
+  in order and once with seed None, else endless and shuffled with it (read_shuffled_blocks)."""
+
+  def block(a, b):
+    return tf.data.Dataset.zip((read_npy_records(first, a, b), read_npy_records(second, a, b)))
+
+  if seed is None:
+    return block(start, stop)
+  return read_shuffled_blocks(stop - start, lambda a, b: block(start + a, start + b), seed=seed)
+
+
 def _scan_chunks(info):
   """Yields (first index, chunk) over a memory-mapped array, about _SCAN_CHUNK_BYTES at a time."""
   array = np.load(info.path, mmap_mode="r")
@@ -158,3 +171,15 @@ def check_npy_labels(info, num_classes, ignore_label=None):
       value = chunk[row][bad[row]].flat[0]
       allowed = f"0..{num_classes - 1}" + (f" or {ignore_label}" if ignore_label is not None else "")
       raise DataError(f"{info.path}: index {start + row} has label {value}, expected {allowed}")
+
+
+def check_npy_pixels(info, pixel_max):
+  """Checks that an array of images holds finite values in [0, pixel_max] (data.npy_pixel_max); warns
+  when pixel_max is 255 and float values lie in [0, 1]."""
+  low, high = check_npy_finite(info)
+  if low < 0 or high > pixel_max:
+    raise DataError(f"{info.path}: values span [{low:g}, {high:g}], outside [0, data.npy_pixel_max="
+                    f"{pixel_max:g}]; store pixels in [0, 255] or [0, 1] and set data.npy_pixel_max")
+  if info.dtype != np.uint8 and pixel_max == 255 and high <= 1:
+    logging.warning("%s: values lie in [0, 1]; if that is the pixel range set data.npy_pixel_max=1",
+                    info.path)

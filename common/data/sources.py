@@ -64,4 +64,3 @@ def split_by_hash(examples, eval_fraction, path_fn, group_fn=None):
     ranked = sorted(members, key=lambda e: zlib.crc32(os.path.basename(path_fn(e)).encode()))
     eval_set.update(ranked[:num_eval])
   return [e for e in examples if e not in eval_set], [e for e in examples if e in eval_set]
-

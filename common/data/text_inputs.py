@@ -91,4 +91,3 @@ def _report_duplicate(message, duplicates, fix, kept):
   if duplicates == "error":
     raise DataError(f"{message}; {fix}")
   logging.warning("%s; %s", message, kept)
-

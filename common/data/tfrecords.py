@@ -1,5 +1,6 @@
 """TFRecord shards: writing them, reading them (shuffled or in order, less skipped records), and
 checking every record up front as the pipelines parse it."""
+import io
 import os
 
 from absl import logging
@@ -8,6 +9,7 @@ import tensorflow as tf
 from common.contract.errors import DataError
 from common.data import image_checks
 from common.data.listing import UndecodableFileError
+
 
 def bytes_feature(values):
   values = values if isinstance(values, (list, tuple)) else [values]
@@ -196,3 +198,18 @@ def tfrecord_names(skipped):
   """Names of skipped records, for the log and the data report."""
   return [f"{path} record {index}" for path, index in skipped]
 
+
+def check_image_sizes(pattern, image_key, max_pixels):
+  """Refuses a record whose image (the bytes under image_key) is over max_pixels by its header,
+  before the up-front check decodes it (image_checks.check_eval_size); records that do not parse
+  are left to that check to name."""
+  encoded = {image_key: tf.io.FixedLenFeature([], tf.string)}
+  for path in list_tfrecord_files(pattern):
+    records = (tf.data.TFRecordDataset(path).enumerate()
+               .map(lambda index, record: (index, tf.io.parse_single_example(record, encoded)))
+               .ignore_errors())
+    for index, features in records.as_numpy_iterator():
+      where = f"{path}: record {index}"
+      size = image_checks.header_size(where, io.BytesIO(features[image_key]))
+      if size:
+        image_checks.check_eval_size(where, size, max_pixels)
