@@ -15,6 +15,9 @@ undecodable image is a DataError naming the file (or shard and record);
 data.skip_bad_files skips undecodable ones instead, naming and counting them in
 the data report. Class ids map to names through a labels file in TF-Slim's
 format (`<id>:<name>` per line), written to the workdir with config.json.
+
+This module is the one reader of the config's data section: it checks its values and hands
+plain values to the readers and checks of common/data (labels: common/data/class_labels).
 """
 import collections
 import csv
@@ -67,7 +70,7 @@ class ClassificationData:
     num_eval: images in one pass of `eval`.
     new_train: () -> a new pipeline equal to `train`, from its first batch (a second iterator of
       `train` itself would draw another shuffle).
-    data_report: what the checks skipped (common/data.skip_report), for metrics.json.
+    data_report: what the checks skipped (common/data/image_checks.skip_report), for metrics.json.
     train_files: the training images, or TFRecord shards, in order.
     run_files: {name: text} of labels.txt and class_balance.csv, which the loop writes into the
       workdir with config.json, once the run's checks pass.
@@ -266,8 +269,8 @@ def _csv_sources(cfg, for_training=True):
   given_names = class_labels.read_labels_file(cfg.labels_file, cfg.duplicates) if cfg.labels_file else None
   if not given_names and cfg.num_classes < 2 and all(class_labels.is_int(label) for _, label, _ in rows):
     raise ConfigError(f"{path} has integer labels: set data.num_classes or data.labels_file")
-  class_names, ids = class_labels.labels_to_ids([label for _, label, _ in rows], given_names, cfg.num_classes, path,
-                                   [line for _, _, line in rows])
+  class_names, ids = class_labels.labels_to_ids([label for _, label, _ in rows], given_names,
+                                                cfg.num_classes, path, [line for _, _, line in rows])
   class_names = _check_num_classes(cfg, class_names, path)
   examples = [(image, class_id) for (image, _, _), class_id in zip(rows, ids)]
   train, evaluation = sources.split_by_hash(examples, cfg.eval_fraction, *_PATH_AND_CLASS)

@@ -8,6 +8,9 @@ differs from them by up to 0.24 on the [-1, 1] scale.
 Training randomness is stateless: the caller passes a seed of shape [2] per image
 (e.g. the run's seed and the element's index), so a tf.data pipeline gives the
 same images on every run and on resumption.
+
+The synthetic classes (data.source='synthetic') are drawn here too: procedural images of a hue
+and a stripe angle per class, written once as class folders of JPEGs.
 """
 import os
 
@@ -131,7 +134,7 @@ def _random_index(seed, num_cases):
   return tf.random.stateless_uniform([], seed=seed, maxval=num_cases, dtype=tf.int32)
 
 
-# Bump when the synthetic drawing changes, so that cached images are redrawn.
+# Synthetic classes. Bump the version when the drawing changes, so that cached images are redrawn.
 _SYNTHETIC_VERSION = 1
 
 

@@ -17,6 +17,9 @@ palette), so that a bad file is named before training starts, or skipped and
 counted in the data report with data.skip_bad_files. Pipelines read from files
 only, so no array becomes a graph constant and the train iterator can be
 checkpointed.
+
+This module is the one reader of the config's data section: it checks its values and hands
+plain values to the readers and checks of common/data.
 """
 import collections
 import dataclasses
@@ -25,6 +28,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from common.data import class_labels
 from common.data import class_masks
 from common.data import image_checks
 from common.data import listing
@@ -61,7 +65,7 @@ class SegmentationData:
     num_eval_images: images in one pass of `eval`.
     train_files: (image path, mask path) of every training image, or None (TFRecords, .npy).
     num_train_images: images (or records) the training pipeline draws from; 0 for an evaluation.
-    data_report: what the checks skipped (common/data.skip_report), for metrics.json.
+    data_report: what the checks skipped (common/data/image_checks.skip_report), for metrics.json.
   """
   train: tf.data.Dataset
   eval: tf.data.Dataset
@@ -140,19 +144,10 @@ def class_names(cfg):
   if cfg.source == "voc":
     path = os.path.join(cfg.voc_root, VOC_CLASS_NAMES_FILE)
     if os.path.exists(path):
-      return read_class_names(path, cfg.num_classes)
+      return class_labels.read_class_names(path, cfg.num_classes)
     if cfg.num_classes == len(VOC_CLASS_NAMES):
       return VOC_CLASS_NAMES
   return None
-
-
-def read_class_names(path, num_classes):
-  """The names of a file of one class name per line, in class id order (0 first)."""
-  names = tuple(line.strip() for _, line in text_inputs.read_text_lines(path, "class names file"))
-  if len(names) != num_classes:
-    raise DataError(f"{path}: {len(names)} class names for data.num_classes={num_classes}; "
-                    "give one name per class, one per line")
-  return names
 
 
 def _make_sources(cfg, seed, workdir, for_training):
@@ -255,7 +250,7 @@ def list_folder_pairs(images_dir, masks_dir, split_file=None, duplicates="error"
   """Sorted (image path, mask path) pairs; masks are <masks_dir>/<image name>.png.
 
   Args:
-    images_dir: the images, with any extension of common/data.IMAGE_EXTENSIONS.
+    images_dir: the images, with any extension of common/data/listing.IMAGE_EXTENSIONS.
     masks_dir: PNG masks of class ids (or palette PNGs whose indices are class ids).
     split_file: optional file of image ids (names without extension); None takes every image.
     duplicates: what an id listed twice in split_file is: "error" or "warn".
@@ -364,7 +359,8 @@ def _npy_source(images, labels, pixel_max, start, stop):
     return image, tf.cast(tf.reshape(label, [height, width]), tf.uint8)
 
   def read(seed):
-    return npy.read_npy_pair(images, labels, start, stop, seed).map(convert, num_parallel_calls=tf.data.AUTOTUNE)
+    records = npy.read_npy_pair(images, labels, start, stop, seed)
+    return records.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
 
   return _Source(read, stop - start, (height, width))
 

@@ -107,7 +107,7 @@ def write_scenes(cache_dir, seed, size, num_train, num_eval, num_classes):
   """Writes the scenes once; returns {'train': (images_dir, masks_dir), 'eval': (...)}.
 
   The folder name holds every parameter, so a run with other settings writes
-  its own scenes; an existing folder is reused (common.data.readers.write_once).
+  its own scenes; an existing folder is reused (common.data.sources.write_once).
   """
   if not 2 <= num_classes <= len(CLASS_NAMES):
     raise ValueError(f"synthetic scenes have 2 to {len(CLASS_NAMES)} classes, got {num_classes}")

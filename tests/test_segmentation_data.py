@@ -411,7 +411,7 @@ def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
   assert "skipped 2 of 5 files that do not decode: img001.png, img004.png" in caplog.text
   first_batch(data.train)
   pairs, _ = class_masks.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
-                                  skip_bad_files=True)
+                                     skip_bad_files=True)
   assert [os.path.basename(p[0]) for p in pairs] == ["img000.png", "img002.png", "img003.png"]
 
 

@@ -1,5 +1,5 @@
-"""Class labels of classification data: TF-Slim labels files, `id,label` CSVs, label strings
-to class ids, and the training images per class (its log lines and CSV)."""
+"""Class labels of classification data: TF-Slim labels files, files of class names, `id,label`
+CSVs, label strings to class ids, and the training images per class (its log lines and CSV)."""
 import csv
 import io
 import os
@@ -144,3 +144,12 @@ def class_balance_csv(counts, class_names, min_count):
   for class_id, (name, count) in enumerate(zip(class_names, counts)):
     writer.writerow([class_id, name, int(count), int(count < min_count)])
   return text.getvalue()
+
+
+def read_class_names(path, num_classes):
+  """The names of a file of one class name per line, in class id order (0 first)."""
+  names = tuple(line.strip() for _, line in text_inputs.read_text_lines(path, "class names file"))
+  if len(names) != num_classes:
+    raise DataError(f"{path}: {len(names)} class names for data.num_classes={num_classes}; "
+                    "give one name per class, one per line")
+  return names
