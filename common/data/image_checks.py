@@ -1,5 +1,5 @@
 """Image files checked up front, as the pipelines decode them, in a thread pool; skipped files
-counted for the data report."""
+counted for the data report; the bound on the pixels of a whole image, from its header."""
 import concurrent.futures
 import contextlib
 import io
@@ -206,7 +206,7 @@ def check_eval_size(where, size, max_pixels, setting="data.eval_max_pixels"):
   """Refuses an image of (height, width) `size` over `max_pixels`, before any training or loading.
 
   Evaluation and prediction run on whole images, whose activations grow with their pixels (about
-  300 bytes a pixel for the default network: 19 GB for 8000x8000).
+  300 bytes a pixel for segmentation's default network: 19 GB for 8000x8000).
   """
   height, width = size
   if height * width > max_pixels:
