@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract import config as config_lib
-from common.data import readers as common_data
+from common.data import listing
 from common.app import export as export_lib
 from common.training import plots
 from common.nn import optimizers
@@ -285,7 +285,7 @@ def input_fingerprint(config, data):
   cfg = config.data
   return {"train.batch_size": config.train.batch_size, "data.image_size": cfg.image_size,
           "data.shuffle_buffer": cfg.shuffle_buffer, "data.oversample_to": cfg.oversample_to,
-          "train files": common_data.files_fingerprint(data.train_files),
+          "train files": listing.files_fingerprint(data.train_files),
           "train images": int(data.train_counts.sum())}
 
 

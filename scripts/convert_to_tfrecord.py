@@ -26,7 +26,8 @@ import numpy as np
 from PIL import Image
 
 from common.app import cli
-from common.data import readers as common_data
+from common.data import class_masks
+from common.data import tfrecords
 from common.contract.errors import UserError
 from segmentation import data as seg_data
 
@@ -64,21 +65,21 @@ def make_record(pair, info):
   image_path, mask_path = pair
   with open(image_path, "rb") as f:
     encoded = f.read()
-  return common_data.make_example({
-      "image/encoded": common_data.bytes_feature(encoded),
-      "image/format": common_data.bytes_feature(info.image_format.lower()),
-      "image/filename": common_data.bytes_feature(os.path.basename(image_path)),
-      "image/height": common_data.int64_feature(info.height),
-      "image/width": common_data.int64_feature(info.width),
-      "image/channels": common_data.int64_feature(3),
-      "image/segmentation/class/encoded": common_data.bytes_feature(mask_png(mask_path, info)),
-      "image/segmentation/class/format": common_data.bytes_feature("png"),
+  return tfrecords.make_example({
+      "image/encoded": tfrecords.bytes_feature(encoded),
+      "image/format": tfrecords.bytes_feature(info.image_format.lower()),
+      "image/filename": tfrecords.bytes_feature(os.path.basename(image_path)),
+      "image/height": tfrecords.int64_feature(info.height),
+      "image/width": tfrecords.int64_feature(info.width),
+      "image/channels": tfrecords.int64_feature(3),
+      "image/segmentation/class/encoded": tfrecords.bytes_feature(mask_png(mask_path, info)),
+      "image/segmentation/class/format": tfrecords.bytes_feature("png"),
   })
 
 
 def convert(pairs, num_classes, ignore_label, output_prefix, num_shards, skip_bad_files=False):
   """Checks the pairs and writes them as shards; returns the shard paths."""
-  pairs, infos = seg_data.check_pairs(pairs, num_classes, ignore_label, skip_bad_files)
+  pairs, infos = class_masks.check_pairs(pairs, num_classes, ignore_label, skip_bad_files)
   every = max(len(pairs) // _PROGRESS_LINES, 1)
 
   def records():
@@ -87,7 +88,7 @@ def convert(pairs, num_classes, ignore_label, output_prefix, num_shards, skip_ba
       if i % every == 0 or i == len(pairs):
         logging.info("converted %s of %s images", f"{i:,}", f"{len(pairs):,}")
 
-  return common_data.write_tfrecord_shards(records(), output_prefix, num_shards, log_every=0)
+  return tfrecords.write_tfrecord_shards(records(), output_prefix, num_shards, log_every=0)
 
 
 def list_pairs():

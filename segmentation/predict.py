@@ -26,6 +26,7 @@ from common.training import checkpoints
 from common.app import cli
 from common.runtime import workdir as workdir_lib
 from common.contract.errors import CheckpointError
+from common.data import image_checks
 from segmentation import data as data_lib
 from segmentation import task as task_lib
 from segmentation import visualize
@@ -69,9 +70,9 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
     workdir_lib.check_saved_model(saved_model)
   workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the model loads
   for path in paths:  # from their headers, before the model loads too
-    size = data_lib.header_size(path, path)
+    size = image_checks.header_size(path, path)
     if size:
-      data_lib.check_eval_size(path, size, max_pixels, setting="--max_pixels")
+      image_checks.check_eval_size(path, size, max_pixels, setting="--max_pixels")
   classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   written = []
   for path in paths:

@@ -12,7 +12,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from common.data import readers as common_data
+from common.data import sources
 
 CLASS_NAMES = ("background", "disk", "rectangle", "triangle", "diamond")
 # Colours are drawn per channel from this range; the margin to 0 and 255 leaves the texture room.
@@ -107,7 +107,7 @@ def write_scenes(cache_dir, seed, size, num_train, num_eval, num_classes):
   """Writes the scenes once; returns {'train': (images_dir, masks_dir), 'eval': (...)}.
 
   The folder name holds every parameter, so a run with other settings writes
-  its own scenes; an existing folder is reused (common.data.readers.write_once).
+  its own scenes; an existing folder is reused (common.data.sources.write_once).
   """
   if not 2 <= num_classes <= len(CLASS_NAMES):
     raise ValueError(f"synthetic scenes have 2 to {len(CLASS_NAMES)} classes, got {num_classes}")
@@ -118,6 +118,6 @@ def write_scenes(cache_dir, seed, size, num_train, num_eval, num_classes):
       _write_split(os.path.join(folder, split), count, size, num_classes,
                    np.random.default_rng([seed, 0 if split == "train" else 1]))
 
-  root = common_data.write_once(cache_dir, name, write)
+  root = sources.write_once(cache_dir, name, write)
   return {split: (os.path.join(root, split, "images"), os.path.join(root, split, "masks"))
           for split in ("train", "eval")}

@@ -8,7 +8,9 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract import config as config_lib
-from common.data import readers as common_data
+from common.data import listing
+from common.data import pipeline
+from common.data import tfrecords
 from common.app import export as export_lib
 from common.training import plots
 from common.data import normalization
@@ -103,7 +105,7 @@ def pad_multiple(config):
 def whole_image_logits(model, images, multiple):
   """Logits of uint8 images of any size: padded to the stride's multiple, cropped back."""
   height, width = tf.shape(images)[1], tf.shape(images)[2]
-  return model(common_data.pad_to_multiple(images, multiple, axis=1), training=False)[:, :height, :width]
+  return model(pipeline.pad_to_multiple(images, multiple, axis=1), training=False)[:, :height, :width]
 
 
 def export_model(model, path, multiple, class_names):
@@ -125,12 +127,12 @@ def input_fingerprint(config, data):
   if data.train_files:
     files = [image for image, _ in data.train_files]
   elif cfg.source == "tfrecord":
-    files = common_data.list_tfrecord_files(cfg.train_pattern)
+    files = tfrecords.list_tfrecord_files(cfg.train_pattern)
   else:
     files = [cfg.train_images, cfg.train_labels]
   return {"train.batch_size": config.train.batch_size, "data.patch_size": cfg.patch_size,
           "data.patches_per_image": cfg.patches_per_image, "data.shuffle_buffer": cfg.shuffle_buffer,
-          "train files": common_data.files_fingerprint(files), "train images": data.num_train_images}
+          "train files": listing.files_fingerprint(files), "train images": data.num_train_images}
 
 
 def make_task(config, workdir, for_training=True):

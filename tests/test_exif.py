@@ -8,7 +8,8 @@ from PIL import Image
 import pytest
 
 from common.app import cli
-from common.data import readers as common_data
+from common.data import class_masks
+from common.data import image_checks
 from helpers import make_config
 from segmentation import data as seg_data
 from segmentation import train
@@ -33,9 +34,9 @@ def write_folder(root, orientation_of_im2):
 
 def test_the_orientation_is_read_from_jpeg_files_only(tmp_path):
   write_folder(str(tmp_path), 6)
-  assert common_data.exif_orientation(str(tmp_path / "images" / "im2.jpg")) == 6
-  assert common_data.exif_orientation(str(tmp_path / "images" / "im1.jpg")) == 1
-  assert common_data.exif_orientation(str(tmp_path / "masks" / "im2.png")) == 1
+  assert image_checks.exif_orientation(str(tmp_path / "images" / "im2.jpg")) == 6
+  assert image_checks.exif_orientation(str(tmp_path / "images" / "im1.jpg")) == 1
+  assert image_checks.exif_orientation(str(tmp_path / "masks" / "im2.png")) == 1
 
 
 @pytest.mark.parametrize("skip_bad_files", [False, True])
@@ -55,4 +56,4 @@ def test_an_exif_6_photo_with_a_mask_is_one_line_naming_it(skip_bad_files, tmp_p
 def test_orientation_1_photos_pass_the_check(tmp_path):
   write_folder(str(tmp_path), 1)
   pairs = seg_data.list_folder_pairs(str(tmp_path / "images"), str(tmp_path / "masks"))
-  assert len(seg_data.check_pairs(pairs, 2, 255, skip_bad_files=False)[0]) == 4
+  assert len(class_masks.check_pairs(pairs, 2, 255, skip_bad_files=False)[0]) == 4

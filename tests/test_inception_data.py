@@ -9,12 +9,16 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common.data import readers as common_data
+from common.data import class_labels
+from common.data import listing
+from common.data import pipeline
+from common.data import tfrecords
 from common.runtime import workdir as workdir_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from configs import inception_v4 as config_lib
 from inception_finetune import data as data_lib
+from inception_finetune import preprocessing
 
 SIZE = 16  # small model inputs: the pipelines do not care
 
@@ -69,7 +73,7 @@ def test_class_folders_give_normalized_batches_and_a_labels_file(tmp_path):
   assert not labels_file.exists()  # written with config.json, once the run's checks pass
   workdir_lib.write_run_config(config_lib.get_config("smoke"), str(tmp_path / "run"), data.run_files)
   assert labels_file.read_text() == "0:breed_0\n1:breed_1\n2:breed_2\n"
-  assert data_lib.read_labels_file(str(labels_file)) == list(data.class_names)
+  assert class_labels.read_labels_file(str(labels_file)) == list(data.class_names)
   np.testing.assert_array_equal(data.train_counts, [5, 4, 3])
   balance = (tmp_path / "run" / data_lib.CLASS_BALANCE_FILENAME).read_text().splitlines()
   assert balance == ["id,name,train_images,under_min_count", "0,breed_0,5,0", "1,breed_1,4,0",
@@ -152,14 +156,14 @@ def write_slim_tfrecords(prefix, labels, label_values=None, cut=None):
     if index == cut:
       encoded = tf.io.encode_png(np.full((10, 10, 3), 20 * index, np.uint8)).numpy()[:-16]
     values = label_values[index] if label_values else [label]
-    records.append(common_data.make_example({
-        "image/encoded": common_data.bytes_feature(encoded),
-        "image/format": common_data.bytes_feature(b"jpeg"),
-        "image/class/label": common_data.int64_feature(list(values)),
-        "image/height": common_data.int64_feature(10),
-        "image/width": common_data.int64_feature(10),
+    records.append(tfrecords.make_example({
+        "image/encoded": tfrecords.bytes_feature(encoded),
+        "image/format": tfrecords.bytes_feature(b"jpeg"),
+        "image/class/label": tfrecords.int64_feature(list(values)),
+        "image/height": tfrecords.int64_feature(10),
+        "image/width": tfrecords.int64_feature(10),
     }))
-  common_data.write_tfrecord_shards(records, str(prefix), 2)
+  tfrecords.write_tfrecord_shards(records, str(prefix), 2)
   return f"{prefix}-*.tfrecord"
 
 
@@ -209,14 +213,14 @@ def test_num_classes_must_match_the_data(tmp_path):
 
 
 def test_class_balance_report_flags_rare_classes():
-  report = data_lib.class_balance_report([50, 3, 40, 7], ["a", "b", "c", "d"], min_count=10)
+  report = class_labels.class_balance_report([50, 3, 40, 7], ["a", "b", "c", "d"], min_count=10)
   assert report.splitlines() == [
       "class balance: 4 classes, 3 to 50 training images per class (median 23.5)",
       "2 classes have fewer than 10 training images: b (3), d (7)"]
 
 
 def test_oversampling_draws_rare_classes_as_often_as_asked(tmp_path):
-  np.testing.assert_allclose(data_lib.oversampling_acceptance([40, 5, 20], 20), [0.25, 1.0, 0.25])
+  np.testing.assert_allclose(pipeline.oversampling_acceptance([40, 5, 20], 20), [0.25, 1.0, 0.25])
   root = write_class_folders(tmp_path / "images", [44, 6])
   plain = data_lib.make_datasets(data_config(source="folder", train_dir=root), 50, seed=0)
   balanced = data_lib.make_datasets(
@@ -232,8 +236,8 @@ def test_oversampling_draws_rare_classes_as_often_as_asked(tmp_path):
 
 
 def test_synthetic_classes_are_deterministic_and_distinct(tmp_path):
-  first = data_lib.write_synthetic_classes(str(tmp_path / "a"), 3, 4, 5, 32)
-  data_lib.write_synthetic_classes(str(tmp_path / "b"), 3, 4, 5, 32)
+  first = preprocessing.write_synthetic_classes(str(tmp_path / "a"), 3, 4, 5, 32)
+  preprocessing.write_synthetic_classes(str(tmp_path / "b"), 3, 4, 5, 32)
   for split in (0, 1):
     names = sorted(os.listdir(first[split]))
     assert names == [f"class_{i:03d}" for i in range(4)]
@@ -243,7 +247,7 @@ def test_synthetic_classes_are_deterministic_and_distinct(tmp_path):
         b = (tmp_path / "b").glob(f"*/*/{name}/{image}")
         assert next(a).read_bytes() == next(b).read_bytes()
   rng = np.random.default_rng(0)
-  means = [data_lib.draw_synthetic_image(c, 4, 32, rng).reshape(-1, 3).mean(axis=0) for c in range(4)]
+  means = [preprocessing.draw_synthetic_image(c, 4, 32, rng).reshape(-1, 3).mean(axis=0) for c in range(4)]
   assert min(np.abs(a - b).max() for i, a in enumerate(means) for b in means[i + 1:]) > 30
 
 
@@ -271,7 +275,7 @@ def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, ca
   eval_dir = write_class_folders(tmp_path / "eval", [2, 2], prefix="eval")
   bad = truncated_png(tmp_path / split / "breed_1" / "cut.png")
   cfg = data_config(source="folder", train_dir=train_dir, eval_dir=eval_dir)
-  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+  with pytest.raises(listing.UndecodableFileError) as excinfo:
     data_lib.make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
   cfg.skip_bad_files = True
@@ -294,7 +298,7 @@ def test_tfrecord_images_are_decoded_up_front_naming_shard_and_record(tmp_path, 
   shard = str(tmp_path / "bad-00001-of-00002.tfrecord")
   cfg = data_config(source="tfrecord", num_classes=2, train_pattern=bad if split == "train" else good,
                     eval_pattern=bad if split == "eval" else good)
-  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+  with pytest.raises(listing.UndecodableFileError) as excinfo:
     data_lib.make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
   cfg.skip_bad_files = True
@@ -386,7 +390,7 @@ def test_bad_labels_files_are_one_line_naming_file_and_line(tmp_path, text, expe
   path = tmp_path / "labels.txt"
   path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
   with pytest.raises(DataError) as excinfo:
-    data_lib.read_labels_file(str(path))
+    class_labels.read_labels_file(str(path))
   assert re.search(f"^{path}{expected[len('labels.txt'):]}", one_line(excinfo))
 
 
@@ -394,7 +398,7 @@ def test_labels_file_duplicates_warn_keeps_the_first(tmp_path, caplog):
   path = tmp_path / "labels.txt"
   path.write_text("\ufeff0:pug\r\n1:beagle\r\n1:akita\r\n")
   with caplog.at_level(logging.WARNING):
-    assert data_lib.read_labels_file(str(path), "warn") == ["pug", "beagle"]
+    assert class_labels.read_labels_file(str(path), "warn") == ["pug", "beagle"]
   assert "labels.txt:3: class id '1' has name 'akita' here but 'beagle' at line 2; keeping the first" \
       in caplog.text
 

@@ -12,7 +12,11 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common.data import readers as common_data
+from common.data import class_masks
+from common.data import listing
+from common.data import pipeline
+from common.data import sources
+from common.data import tfrecords
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 import helpers
@@ -188,7 +192,7 @@ def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(t
   cfg = make_cfg(source="tfrecord", train_pattern=str(tmp_path / "train-*"),
                  eval_pattern=str(tmp_path / "eval-*"), eval_max_pixels=1000)
   # Refused before the up-front check decodes any record (of either split).
-  with mock.patch.object(common_data, "check_tfrecords", side_effect=AssertionError("a record was decoded")):
+  with mock.patch.object(tfrecords, "check_tfrecords", side_effect=AssertionError("a record was decoded")):
     with pytest.raises(DataError) as error:
       seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
   assert str(error.value).startswith(f"{tmp_path}/eval-00000-of-00001.tfrecord: record 1: 40x30 is 1,200 "
@@ -205,16 +209,16 @@ def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(t
 def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 8)
   pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
-  train, evaluation = common_data.split_by_hash(pairs, 0.25, path_fn=lambda pair: pair[0])
+  train, evaluation = sources.split_by_hash(pairs, 0.25, path_fn=lambda pair: pair[0])
   assert len(evaluation) == 2 and sorted(train + evaluation) == pairs
-  reversed_split = common_data.split_by_hash(pairs[::-1], 0.25, path_fn=lambda pair: pair[0])
+  reversed_split = sources.split_by_hash(pairs[::-1], 0.25, path_fn=lambda pair: pair[0])
   assert reversed_split[1] == evaluation[::-1]  # depends on names only
 
 
 def test_small_images_are_padded_to_the_patch_size_with_the_ignore_label():
   image = tf.ones([5, 30, 3], tf.uint8)
   mask = tf.ones([5, 30], tf.uint8)
-  patches, labels = seg_data.sample_patches(image, mask, 8, 3, tf.constant([1, 2], tf.int64), 255)
+  patches, labels = pipeline.sample_patches(image, mask, 8, 3, tf.constant([1, 2], tf.int64), 255)
   assert patches.shape == (3, 8, 8, 3) and labels.shape == (3, 8, 8)
   assert np.all(labels.numpy()[:, 5:] == 255) and np.all(labels.numpy()[:, :5] == 1)
   assert np.all(patches.numpy()[:, 5:] == 0)
@@ -406,8 +410,8 @@ def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
     data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert "skipped 2 of 5 files that do not decode: img001.png, img004.png" in caplog.text
   first_batch(data.train)
-  pairs, _ = seg_data.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
-                                  skip_bad_files=True)
+  pairs, _ = class_masks.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
+                                     skip_bad_files=True)
   assert [os.path.basename(p[0]) for p in pairs] == ["img000.png", "img002.png", "img003.png"]
 
 
@@ -488,7 +492,7 @@ def test_convert_script_writes_shards_from_the_command_line(tmp_path):
   assert result.returncode == 0, result.stderr
   assert f"wrote 1 shards: {tmp_path / 'val'}-*-of-00001.tfrecord" in result.stdout
   (record,) = tf.data.TFRecordDataset(str(tmp_path / "val-00000-of-00001.tfrecord"))
-  features = tf.io.parse_single_example(record, seg_data.TFRECORD_FEATURES)
+  features = tf.io.parse_single_example(record, class_masks.TFRECORD_FEATURES)
   np.testing.assert_array_equal(
       tf.io.decode_png(features["image/segmentation/class/encoded"])[..., 0].numpy(), masks[-1])
 
@@ -522,7 +526,7 @@ def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, ca
   train_split, eval_split = write_split_files(tmp_path, [f"img{i:03d}" for i in range(4)],
                                               ["img004", "img005"])
   cfg = folder_cfg(images_dir, masks_dir, train_split=train_split, eval_split=eval_split)
-  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+  with pytest.raises(listing.UndecodableFileError) as excinfo:
     seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
   cfg.skip_bad_files = True
@@ -544,12 +548,12 @@ def write_records(tmp_path, count, cut=None):
   for i in range(count):
     mask = random_mask(rng, 10, 12)
     image = tf.io.encode_png(image_of_mask(mask, rng)).numpy()
-    records.append(common_data.make_example({
-        "image/encoded": common_data.bytes_feature(image[:-16] if i == cut else image),
+    records.append(tfrecords.make_example({
+        "image/encoded": tfrecords.bytes_feature(image[:-16] if i == cut else image),
         "image/segmentation/class/encoded":
-            common_data.bytes_feature(tf.io.encode_png(mask[..., None]).numpy()),
+            tfrecords.bytes_feature(tf.io.encode_png(mask[..., None]).numpy()),
     }))
-  common_data.write_tfrecord_shards(records, str(tmp_path / "train"), 2, log_every=0)
+  tfrecords.write_tfrecord_shards(records, str(tmp_path / "train"), 2, log_every=0)
   return str(tmp_path / "train-*.tfrecord")
 
 
@@ -560,7 +564,7 @@ def test_tfrecords_are_decoded_up_front_naming_shard_and_record(tmp_path, caplog
   cfg = make_cfg(source="tfrecord", train_pattern=bad if split == "train" else good,
                  eval_pattern=bad if split == "eval" else good, patch_size=8)
   shard = str(tmp_path / "bad" / "train-00001-of-00002.tfrecord")
-  with pytest.raises(common_data.UndecodableFileError) as excinfo:
+  with pytest.raises(listing.UndecodableFileError) as excinfo:
     seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
   cfg.skip_bad_files = True
@@ -578,9 +582,9 @@ def test_tfrecords_are_decoded_up_front_naming_shard_and_record(tmp_path, caplog
 def test_a_tfrecord_whose_mask_does_not_fit_its_image_is_named(tmp_path):
   image = tf.io.encode_png(np.zeros((10, 12, 3), np.uint8)).numpy()
   mask = tf.io.encode_png(np.zeros((10, 11, 1), np.uint8)).numpy()
-  common_data.write_tfrecord_shards([common_data.make_example({
-      "image/encoded": common_data.bytes_feature(image),
-      "image/segmentation/class/encoded": common_data.bytes_feature(mask)})], str(tmp_path / "x"), 1)
+  tfrecords.write_tfrecord_shards([tfrecords.make_example({
+      "image/encoded": tfrecords.bytes_feature(image),
+      "image/segmentation/class/encoded": tfrecords.bytes_feature(mask)})], str(tmp_path / "x"), 1)
   pattern = str(tmp_path / "x-*.tfrecord")
   cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern)
   with pytest.raises(DataError, match=r"x-00000-of-00001.tfrecord: record 0: the mask is 10x11, the image "
@@ -690,7 +694,7 @@ def test_an_evaluation_reads_the_evaluation_files_only(tmp_path):
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, eval_fraction=0.25)
   data = seg_data.make_datasets(cfg, 4, 0, 4)
   want = eval_batches(data)
-  eval_names = {os.path.basename(p) for p, _ in common_data.split_by_hash(
+  eval_names = {os.path.basename(p) for p, _ in sources.split_by_hash(
       seg_data.list_folder_pairs(images_dir, masks_dir), 0.25, path_fn=lambda pair: pair[0])[1]}
   train_image = next(p for p in sorted(os.listdir(images_dir)) if p not in eval_names)
   truncate(hashed / "images" / train_image)

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from common.contract.errors import DataError
+from common.data import lfw_pairs
 from configs import triplet as triplet_config
 from triplet import data
 
@@ -149,14 +150,14 @@ def test_read_pairs_parses_both_line_kinds(tmp_path):
   root = make_folder(tmp_path / "images", [2, 2])
   pairs_path = write_pairs(tmp_path / "pairs.txt", ["2\t1", "id00\t1\t2", "id00\t1\tid01\t2",
                                                     "id01 1 2", "id01 2 id00 1"])
-  pairs, num_folds = data.read_pairs(pairs_path, root)
+  pairs, num_folds = lfw_pairs.read_pairs(pairs_path, root)
   assert num_folds == 2
   assert [p.is_same for p in pairs] == [True, False, True, False]
   assert pairs[1].path_a == os.path.join(root, "id00", "id00_0001.png")
   assert pairs[1].path_b == os.path.join(root, "id01", "id01_0002.png")
   # A single-number header is one fold (LFW's pairsDevTrain.txt).
   one_fold = write_pairs(tmp_path / "dev.txt", ["1", "id00 1 2", "id00 1 id01 1"])
-  assert data.read_pairs(one_fold, root)[1] == 1
+  assert lfw_pairs.read_pairs(one_fold, root)[1] == 1
 
 
 @pytest.mark.parametrize("lines, expected", [
@@ -170,7 +171,7 @@ def test_bad_pairs_file_is_one_line_naming_the_file(tmp_path, lines, expected):
   root = make_folder(tmp_path / "images", [2, 2])
   pairs_path = write_pairs(tmp_path / "pairs.txt", lines)
   with pytest.raises(DataError) as excinfo:
-    data.read_pairs(pairs_path, root)
+    lfw_pairs.read_pairs(pairs_path, root)
   message = error_message(excinfo)
   assert message.startswith(pairs_path) and expected in message
 
@@ -179,11 +180,11 @@ def test_check_pairs_drops_pairs_with_corrupt_images_when_skipping(tmp_path):
   root = make_folder(tmp_path / "images", [2, 2])
   with open(os.path.join(root, "id01", "id01_0002.png"), "wb") as f:
     f.write(b"garbage")
-  pairs, _ = data.read_pairs(
+  pairs, _ = lfw_pairs.read_pairs(
       write_pairs(tmp_path / "pairs.txt", ["1\t1", "id00\t1\t2", "id00\t1\tid01\t2"]), root)
   with pytest.raises(DataError, match="id01_0002.png"):
-    data.check_pairs(pairs)
-  assert data.check_pairs(pairs, skip_bad_files=True) == (pairs[:1],
+    lfw_pairs.check_pairs(pairs)
+  assert lfw_pairs.check_pairs(pairs, skip_bad_files=True) == (pairs[:1],
                                                           [os.path.join(root, "id01", "id01_0002.png")])
 
 
@@ -194,7 +195,7 @@ def test_synthetic_identities_are_written_once_with_disjoint_eval_identities(tmp
   train = data.list_identities(synthetic.train_dir)
   evaluation = data.list_identities(synthetic.eval_dir)
   assert [len(i.paths) for i in train] == [3] * 6 and [len(i.paths) for i in evaluation] == [3] * 4
-  pairs, num_folds = data.read_pairs(synthetic.pairs_path, synthetic.eval_dir)
+  pairs, num_folds = lfw_pairs.read_pairs(synthetic.pairs_path, synthetic.eval_dir)
   assert num_folds == 2 and sum(p.is_same for p in pairs) == 6 and len(pairs) == 12
   stamp = os.path.getmtime(train[0].paths[0])
   again = data.make_synthetic_identities(str(tmp_path), **kwargs)
@@ -308,7 +309,7 @@ def test_pairs_file_may_start_with_a_bom(tmp_path):
   root = make_folder(tmp_path / "images", [2, 2])
   path = tmp_path / "pairs.txt"
   path.write_bytes("\ufeff1\t1\r\nid00\t1\t2\r\nid00\t1\tid01\t2\r\n".encode("utf-8"))
-  pairs, num_folds = data.read_pairs(str(path), root)
+  pairs, num_folds = lfw_pairs.read_pairs(str(path), root)
   assert num_folds == 1 and [p.is_same for p in pairs] == [True, False]
 
 
@@ -317,16 +318,16 @@ def test_a_bad_pairs_file_is_one_line_naming_it(tmp_path):
   path = tmp_path / "pairs.txt"
   path.write_bytes(b"1\t1\nid00\t1\t2\nid00\t1\tid\xe901\t2\n")
   with pytest.raises(DataError) as excinfo:
-    data.read_pairs(str(path), root)
+    lfw_pairs.read_pairs(str(path), root)
   assert error_message(excinfo) == f"{path}: not UTF-8 text (byte 0xe9 at line 3); save it as UTF-8"
   with pytest.raises(DataError) as excinfo:
-    data.read_pairs(str(tmp_path / "images"), root)
+    lfw_pairs.read_pairs(str(tmp_path / "images"), root)
   assert error_message(excinfo) == f"{tmp_path}/images: a folder, expected a pairs file"
   with pytest.raises(DataError) as excinfo:
-    data.read_pairs(str(tmp_path / "none.txt"), root)
+    lfw_pairs.read_pairs(str(tmp_path / "none.txt"), root)
   assert error_message(excinfo) == f"{tmp_path}/none.txt: no such pairs file"
   path.write_text("1\t1\nid00\t1\t2\nid00\t1\tid01\t7\n")
   with pytest.raises(DataError) as excinfo:
-    data.read_pairs(str(path), root)
+    lfw_pairs.read_pairs(str(path), root)
   assert error_message(excinfo).startswith(f"{path}:3: names image {root}/id01/id01_0007.* which does not "
                                            "exist (images of the pairs are looked up under data.pairs_dir")

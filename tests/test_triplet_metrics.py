@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from common.data import lfw_pairs
 from triplet import data
 from triplet import metrics
 
@@ -94,7 +95,7 @@ def test_pooled_val_at_far_on_an_lfw_sized_set_matches_a_brute_force_count():
   folds = [(rng.gamma(2.0, 0.3, 300), rng.normal(1.4, 0.25, 300)) for _ in range(10)]
   distances = np.concatenate([np.r_[same, different] for same, different in folds])
   is_same = np.tile(np.r_[np.ones(300, bool), np.zeros(300, bool)], 10)
-  pairs = [data.Pair(f"a{i}", f"b{i}", bool(s)) for i, s in enumerate(is_same)]
+  pairs = [lfw_pairs.Pair(f"a{i}", f"b{i}", bool(s)) for i, s in enumerate(is_same)]
   eval_data = data.EvalData([], np.zeros([0], np.int64), pairs, num_folds=10)
   # Embeddings on a line, so that each pair's distance is the made-up one.
   embeddings = {}
@@ -152,8 +153,8 @@ def test_roc_curve_and_area():
 
 
 def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
-  pairs = [data.Pair("a1", "a2", True), data.Pair("a1", "b1", False),
-           data.Pair("b1", "b2", True), data.Pair("a2", "b2", False)]
+  pairs = [lfw_pairs.Pair("a1", "a2", True), lfw_pairs.Pair("a1", "b1", False),
+           lfw_pairs.Pair("b1", "b2", True), lfw_pairs.Pair("a2", "b2", False)]
   eval_data = data.EvalData(["a1", "a2", "b1", "b2"], np.array([0, 0, 1, 1]), pairs, num_folds=2)
   paths = metrics.images_to_embed(eval_data)
   assert paths == ["a1", "a2", "b1", "b2"]
@@ -175,7 +176,7 @@ def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
 def test_score_reports_val_at_far_when_each_fold_has_1000_different_pairs():
   # Identity a near (1, 0), b near (0, 1); 2 folds of 1 same and 1000 different pairs.
   embeddings = {"a1": np.array([1.0, 0.0]), "a2": np.array([0.9, 0.1]), "b1": np.array([0.0, 1.0])}
-  fold = [data.Pair("a1", "a2", True)] + [data.Pair("a1", "b1", False)] * 1000
+  fold = [lfw_pairs.Pair("a1", "a2", True)] + [lfw_pairs.Pair("a1", "b1", False)] * 1000
   eval_data = data.EvalData([], np.zeros([0], np.int64), fold * 2, num_folds=2)
   results, _ = metrics.score(embeddings, eval_data)
   assert results["val_at_far_1e-3"] == 1.0 and results["val_far_achieved"] == 0.0

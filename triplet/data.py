@@ -1,7 +1,8 @@
 """Identity datasets for embedding training: sources, P x K batches, evaluation sets.
 
 Sources: a folder per identity (LFW's layout), built-in synthetic identities
-written once as such a folder, and LFW's pairs.txt for verification.
+written once as such a folder, and LFW's pairs.txt for verification (read by
+common/data/lfw_pairs).
 Training batches hold P identities with K images each, sampled entirely
 inside tf.data with stateless seeds, so the iterator can be checkpointed and a
 run replays the same batches; each batch is identity-major (K consecutive
@@ -17,7 +18,11 @@ from PIL import Image
 from PIL import ImageDraw
 import tensorflow as tf
 
-from common.data import readers as common_data
+from common.data import image_checks
+from common.data import lfw_pairs
+from common.data import listing
+from common.data import sources
+from common.data import text_inputs
 from common.data import normalization
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
@@ -26,7 +31,6 @@ from common.contract.errors import DataError
 SMALL_IDENTITY_MODES = ("error", "drop", "repeat")
 
 Identity = collections.namedtuple("Identity", ["name", "directory", "paths"])
-Pair = collections.namedtuple("Pair", ["path_a", "path_b", "is_same"])
 SyntheticData = collections.namedtuple("SyntheticData", ["train_dir", "eval_dir", "pairs_path"])
 # paths/labels: images of held-out identities for retrieval; pairs: verification pairs in folds;
 # skipped: {"eval": names, "pairs": names} of the files the checks skipped.
@@ -65,19 +69,19 @@ def list_identities(root, skip_bad_files=False):
   candidates, non_images = {}, []
   for name in names:
     directory = os.path.join(root, name)
-    files = [os.path.join(directory, f) for f in common_data.file_names(directory)]
-    candidates[name] = [f for f in files if f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
-    non_images += [f for f in files if not f.lower().endswith(common_data.IMAGE_EXTENSIONS)]
+    files = [os.path.join(directory, f) for f in listing.file_names(directory)]
+    candidates[name] = [f for f in files if f.lower().endswith(listing.IMAGE_EXTENSIONS)]
+    non_images += [f for f in files if not f.lower().endswith(listing.IMAGE_EXTENSIONS)]
   if non_images and not skip_bad_files:
     raise DataError(f"{non_images[0]}: not an image (expected one of "
-                    f"{', '.join(common_data.IMAGE_EXTENSIONS)}); data.skip_bad_files=True skips such files")
+                    f"{', '.join(listing.IMAGE_EXTENSIONS)}); data.skip_bad_files=True skips such files")
   for path in non_images:
     logging.warning("skipping: %s: not an image", path)
   if non_images:
     logging.warning("skipped %d files that are not images under %s, e.g. %s",
                     len(non_images), root, non_images[0])
   all_paths = [p for name in names for p in candidates[name]]
-  good, _, skipped = common_data.check_files(all_paths, common_data.check_image, skip_bad_files)
+  good, _, skipped = image_checks.check_files(all_paths, image_checks.check_image, skip_bad_files)
   good = set(good)
   return Identities([Identity(name, os.path.join(root, name), [p for p in candidates[name] if p in good])
                      for name in names], non_images + skipped)
@@ -116,68 +120,6 @@ def select_identities(identities, images_per_identity, small_identities="error")
 # LFW pairs.txt.
 
 
-def read_pairs(pairs_path, image_root):
-  """Parses an LFW pairs file; returns (list of Pair, number of folds).
-
-  The header is "folds pairs_per_fold" (each fold: that many same pairs,
-  then as many different pairs) or a single count (one fold). Lines are
-  "name idx1 idx2" (same identity) or "name1 idx1 name2 idx2"; image idx of
-  name is {image_root}/{name}/{name}_{idx:04d} with an image extension.
-  """
-  lines = [(n, line.split()) for n, line in common_data.read_text_lines(pairs_path, "pairs file")]
-  if not lines:
-    raise DataError(f"{pairs_path}: empty pairs file")
-  num_folds, per_fold = _parse_pairs_header(pairs_path, lines[0][1])
-  pairs = [_parse_pair(pairs_path, n, tokens, image_root) for n, tokens in lines[1:]]
-  if len(pairs) != 2 * num_folds * per_fold:
-    raise DataError(f"{pairs_path}: header promises {num_folds} folds of {2 * per_fold} pairs, "
-                    f"the file has {len(pairs)} pairs")
-  return pairs, num_folds
-
-
-def _parse_pairs_header(pairs_path, tokens):
-  if len(tokens) not in (1, 2) or not all(t.isdigit() and int(t) > 0 for t in tokens):
-    raise DataError(f"{pairs_path}:1: expected a header 'folds pairs_per_fold' or 'pairs', "
-                    f"got '{' '.join(tokens)}'")
-  return (1, int(tokens[0])) if len(tokens) == 1 else (int(tokens[0]), int(tokens[1]))
-
-
-def _parse_pair(pairs_path, line_number, tokens, image_root):
-  where = f"{pairs_path}:{line_number}"
-  if len(tokens) == 3 and tokens[1].isdigit() and tokens[2].isdigit():
-    name_a, index_a, name_b, index_b = tokens[0], tokens[1], tokens[0], tokens[2]
-  elif len(tokens) == 4 and tokens[1].isdigit() and tokens[3].isdigit():
-    name_a, index_a, name_b, index_b = tokens
-  else:
-    raise DataError(f"{where}: expected 'name idx1 idx2' or 'name1 idx1 name2 idx2', "
-                    f"got '{' '.join(tokens)}'")
-  return Pair(_pair_image(where, image_root, name_a, int(index_a)),
-              _pair_image(where, image_root, name_b, int(index_b)), name_a == name_b)
-
-
-def _pair_image(where, image_root, name, index):
-  stem = os.path.join(image_root, name, f"{name}_{index:04d}")
-  for extension in common_data.IMAGE_EXTENSIONS:
-    for candidate in (stem + extension, stem + extension.upper()):
-      if os.path.lexists(candidate):  # a link to nothing too: check_pairs names it
-        return candidate
-  raise DataError(f"{where}: names image {stem}.* which does not exist (images of the pairs are "
-                  "looked up under data.pairs_dir, or data.eval_dir when that is empty)")
-
-
-def check_pairs(pairs, skip_bad_files=False):
-  """Decodes every image of the pairs; returns (the pairs whose images decode, names of skipped images)."""
-  paths = sorted({p for pair in pairs for p in pair[:2]})
-  good, _, skipped = common_data.check_files(paths, common_data.check_image, skip_bad_files)
-  if not skipped:
-    return pairs, []
-  good = set(good)
-  kept = [p for p in pairs if p.path_a in good and p.path_b in good]
-  logging.warning("dropped %d of %d pairs with an image that does not decode",
-                  len(pairs) - len(kept), len(pairs))
-  return kept, skipped
-
-
 # Built-in synthetic identities.
 
 
@@ -204,13 +146,13 @@ def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identit
         for j in range(1, images_per_identity + 1):
           Image.fromarray(_render_glyph(glyph, image_size, rng)).save(
               os.path.join(directory, split, name, f"{name}_{j:04d}.png"))
-    _write_pairs_file(os.path.join(directory, "pairs.txt"),
+    lfw_pairs.write_pairs_file(os.path.join(directory, "pairs.txt"),
                       [f"eval{i:05d}" for i in range(num_eval)], images_per_identity,
                       num_folds, pairs_per_fold, rng)
 
   key = (f"synthetic_seed{seed}_train{num_train}_eval{num_eval}_k{images_per_identity}_"
          f"{image_size}px_grid{grid_size}_pairs{num_folds}x{pairs_per_fold}")
-  directory = common_data.write_once(cache_dir, key, write)
+  directory = sources.write_once(cache_dir, key, write)
   return SyntheticData(os.path.join(directory, "train"), os.path.join(directory, "eval"),
                        os.path.join(directory, "pairs.txt"))
 
@@ -218,7 +160,7 @@ def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identit
 def prepare_synthetic(data_config, seed, workdir):
   """Writes (once) the synthetic identities the config describes; returns SyntheticData."""
   return make_synthetic_identities(
-      common_data.synthetic_cache_dir(data_config, workdir), data_config.num_train_identities,
+      sources.synthetic_cache_dir(data_config.cache_dir, workdir), data_config.num_train_identities,
       data_config.num_eval_identities, data_config.images_per_synthetic_identity,
       data_config.load_size, seed, num_folds=data_config.num_pair_folds,
       pairs_per_fold=data_config.pairs_per_fold)
@@ -257,24 +199,6 @@ def _render_glyph(glyph, size, rng, noise_std=10.0):
   return np.clip(pixels, 0, 255).astype(np.uint8)
 
 
-def _write_pairs_file(path, names, images_per_identity, num_folds, per_fold, rng):
-  """LFW-format pairs over the named identities: per fold, per_fold same then per_fold different."""
-  if len(names) < 2 or images_per_identity < 2:
-    raise ValueError("pairs need at least 2 identities with at least 2 images each")
-  lines = [f"{num_folds}\t{per_fold}"]
-  for _ in range(num_folds):
-    for _ in range(per_fold):
-      name = names[rng.integers(len(names))]
-      a, b = rng.choice(images_per_identity, 2, replace=False) + 1
-      lines.append(f"{name}\t{a}\t{b}")
-    for _ in range(per_fold):
-      i, j = rng.choice(len(names), 2, replace=False)
-      a, b = rng.integers(images_per_identity, size=2) + 1
-      lines.append(f"{names[i]}\t{a}\t{names[j]}\t{b}")
-  with open(path, "w") as f:
-    f.write("\n".join(lines) + "\n")
-
-
 # What the config names.
 
 
@@ -283,7 +207,7 @@ def load_train_identities(data_config, seed, workdir):
   if data_config.source == "synthetic":
     root = prepare_synthetic(data_config, seed, workdir).train_dir
   else:
-    root = common_data.required(data_config, "train_dir")
+    root = sources.required(data_config.train_dir, "train_dir", data_config.source)
   identities = list_identities(root, data_config.skip_bad_files)
   return select_identities(identities, data_config.images_per_identity, data_config.small_identities)
 
@@ -294,7 +218,7 @@ def load_eval_data(data_config, seed, workdir):
   A held-out identity that is a training identity too (by folder name) is a
   DataError, or with data.duplicates="warn" a warning.
   """
-  duplicates = common_data.duplicates_mode(data_config)
+  duplicates = text_inputs.check_duplicates_mode(data_config.duplicates)
   if data_config.source == "synthetic":
     synthetic = prepare_synthetic(data_config, seed, workdir)
     eval_dir, pairs_file, pairs_dir = synthetic.eval_dir, synthetic.pairs_path, synthetic.eval_dir
@@ -312,21 +236,21 @@ def load_eval_data(data_config, seed, workdir):
     skipped["eval"] = identities.skipped
   pairs, num_folds = [], 0
   if pairs_file:
-    pairs, num_folds = read_pairs(pairs_file, pairs_dir)
-    pairs, skipped["pairs"] = check_pairs(pairs, data_config.skip_bad_files)
+    pairs, num_folds = lfw_pairs.read_pairs(pairs_file, pairs_dir)
+    pairs, skipped["pairs"] = lfw_pairs.check_pairs(pairs, data_config.skip_bad_files)
   return EvalData(paths, labels, pairs, num_folds, skipped)
 
 
 def _check_identity_overlap(train_dir, eval_identities, duplicates):
   train_names = [n for n in (os.listdir(train_dir) if os.path.isdir(train_dir) else [])
                  if not n.startswith(".") and os.path.isdir(os.path.join(train_dir, n))]
-  common_data.check_overlap({name: os.path.join(train_dir, name) for name in train_names},
+  text_inputs.check_overlap({name: os.path.join(train_dir, name) for name in train_names},
                             {i.name: i.directory for i in eval_identities}, "identity", duplicates)
 
 
 def data_report(train_identities, eval_data):
-  """What the checks skipped, for metrics.json (common/data.skip_report)."""
-  return common_data.skip_report({"train": getattr(train_identities, "skipped", []), **eval_data.skipped})
+  """What the checks skipped, for metrics.json (common/data/image_checks.skip_report)."""
+  return image_checks.skip_report({"train": getattr(train_identities, "skipped", []), **eval_data.skipped})
 
 
 # tf.data pipelines.
@@ -334,7 +258,7 @@ def data_report(train_identities, eval_data):
 
 def load_image(path, load_size):
   """File -> uint8-valued float32 [load_size, load_size, 3] (resized when it is another size)."""
-  image = common_data.decode_image(tf.io.read_file(path))
+  image = image_checks.decode_image(tf.io.read_file(path))
   return tf.image.resize(image, [load_size, load_size])
 
 

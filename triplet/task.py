@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract import config as config_lib
-from common.data import readers as common_data
+from common.data import listing
 from common.app import export as export_lib
 from common.data import normalization
 from common.training import plots
@@ -195,7 +195,7 @@ def input_fingerprint(config, identities):
   return {"data.identities_per_batch": cfg.identities_per_batch,
           "data.images_per_identity": cfg.images_per_identity, "data.load_size": cfg.load_size,
           "data.crop_size": cfg.crop_size,
-          "train files": common_data.files_fingerprint([p for i in identities for p in i.paths])}
+          "train files": listing.files_fingerprint([p for i in identities for p in i.paths])}
 
 
 def make_task(config, workdir, for_training=True):
