@@ -30,6 +30,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from common.data import class_labels
 from common.data import image_checks
 from common.data import listing
@@ -37,8 +39,6 @@ from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
 from common.data import tfrecords
-from common.contract.errors import ConfigError
-from common.contract.errors import DataError
 from inception_finetune import preprocessing
 
 SOURCES = ("synthetic", "folder", "csv", "tfrecord")

@@ -10,15 +10,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from common.contract import config as config_lib
-from common.data import listing
 from common.app import export as export_lib
-from common.training import plots
-from common.nn import optimizers
-from common.training import summaries
+from common.contract import config as config_lib
 from common.contract import task as task_lib
-from common.training import train_step
 from common.contract.errors import ConfigError
+from common.data import listing
+from common.nn import optimizers
+from common.training import plots
+from common.training import summaries
+from common.training import train_step
 from inception_finetune import data as data_lib
 from inception_finetune import inception_v4
 from inception_finetune import losses

@@ -54,14 +54,14 @@ import tensorflow as tf
 
 from common.app import cli
 from common.contract import config as config_lib
-from common.training import distributed
-from common.runtime import hardware
-from common.nn import optimizers
 from common.contract import task as common_task
-from common.training import train_loop
-from common.training import train_step
 from common.contract.errors import ConfigError
 from common.contract.errors import UserError
+from common.nn import optimizers
+from common.runtime import hardware
+from common.training import distributed
+from common.training import train_loop
+from common.training import train_step
 from scripts import flops as flops_lib
 from scripts import memory_estimate
 from scripts.peers import measure

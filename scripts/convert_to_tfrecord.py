@@ -26,9 +26,9 @@ import numpy as np
 from PIL import Image
 
 from common.app import cli
+from common.contract.errors import UserError
 from common.data import class_masks
 from common.data import tfrecords
-from common.contract.errors import UserError
 from segmentation import data as seg_data
 
 _VOC_ROOT = flags.DEFINE_string("voc_root", None, "A Pascal VOC 2012 folder (JPEGImages/, SegmentationClass/, ...).")

@@ -28,6 +28,8 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from common.data import class_labels
 from common.data import class_masks
 from common.data import image_checks
@@ -37,8 +39,6 @@ from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
 from common.data import tfrecords
-from common.contract.errors import ConfigError
-from common.contract.errors import DataError
 from segmentation import synthetic
 
 SOURCES = ("synthetic", "folder", "voc", "tfrecord", "npy")

@@ -14,8 +14,8 @@ total_stride(widths, output_stride); logits are float32 under mixed precision.
 import keras
 import tensorflow as tf
 
-from common.nn.layers import BatchNorm, l2_regularizer
 from common.data.normalization import Normalize
+from common.nn.layers import BatchNorm, l2_regularizer
 
 
 def total_stride(widths, output_stride=1):

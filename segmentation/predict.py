@@ -22,11 +22,11 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common.training import checkpoints
 from common.app import cli
-from common.runtime import workdir as workdir_lib
 from common.contract.errors import CheckpointError
 from common.data import image_checks
+from common.runtime import workdir as workdir_lib
+from common.training import checkpoints
 from segmentation import data as data_lib
 from segmentation import task as task_lib
 from segmentation import visualize

@@ -7,17 +7,17 @@ SavedModel and prediction all take the same input.
 import numpy as np
 import tensorflow as tf
 
+from common.app import export as export_lib
 from common.contract import config as config_lib
+from common.contract import task as task_lib
+from common.contract.errors import ConfigError
 from common.data import listing
+from common.data import normalization
 from common.data import pipeline
 from common.data import tfrecords
-from common.app import export as export_lib
-from common.training import plots
-from common.data import normalization
-from common.training import summaries
-from common.contract import task as task_lib
 from common.nn import optimizers
-from common.contract.errors import ConfigError
+from common.training import plots
+from common.training import summaries
 from segmentation import data as data_lib
 from segmentation import losses
 from segmentation import metrics

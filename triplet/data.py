@@ -18,14 +18,14 @@ from PIL import Image
 from PIL import ImageDraw
 import tensorflow as tf
 
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from common.data import image_checks
 from common.data import lfw_pairs
 from common.data import listing
+from common.data import normalization
 from common.data import sources
 from common.data import text_inputs
-from common.data import normalization
-from common.contract.errors import ConfigError
-from common.contract.errors import DataError
 
 # What batches do with identities that have fewer than K images.
 SMALL_IDENTITY_MODES = ("error", "drop", "repeat")

@@ -12,15 +12,15 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from common.contract import config as config_lib
-from common.data import listing
 from common.app import export as export_lib
+from common.contract import config as config_lib
+from common.contract import task as task_lib
+from common.contract.errors import ConfigError
+from common.data import listing
 from common.data import normalization
+from common.nn import optimizers
 from common.training import plots
 from common.training import summaries
-from common.contract import task as task_lib
-from common.nn import optimizers
-from common.contract.errors import ConfigError
 from triplet import data as data_lib
 from triplet import losses
 from triplet import metrics

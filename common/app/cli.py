@@ -16,15 +16,15 @@ from absl import logging
 from ml_collections import config_flags
 import tensorflow as tf
 
-from common.training import checkpoints
 from common.contract import config as config_lib
-from common.runtime import run_log
-from common.runtime import signals
-from common.runtime import workdir as workdir_lib
 from common.contract.errors import CheckpointError
 from common.contract.errors import TrainingDiverged
 from common.contract.errors import UserError
 from common.contract.errors import WorkdirError
+from common.runtime import run_log
+from common.runtime import signals
+from common.runtime import workdir as workdir_lib
+from common.training import checkpoints
 
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3

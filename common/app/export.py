@@ -11,9 +11,9 @@ import tempfile
 
 import tensorflow as tf
 
-from common.runtime import signals
-from common.contract.errors import WorkdirError
 from common.contract.errors import first_line
+from common.contract.errors import WorkdirError
+from common.runtime import signals
 
 CLASS_NAMES_ASSET = "class_names.txt"
 

@@ -11,8 +11,8 @@ from PIL import Image
 import tensorflow as tf
 
 from common.contract.errors import DataError
-from common.data.listing import UndecodableFileError
 from common.data.listing import read_file
+from common.data.listing import UndecodableFileError
 
 # Formats that both PIL and tf.io.decode_image read, so a file PIL accepts up
 # front does not fail later inside the input pipeline.

@@ -7,11 +7,11 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from common.runtime import workdir as workdir_lib
 from common.contract import config as config_lib
 from common.contract.errors import CheckpointError
 from common.contract.errors import ConfigError
 from common.contract.errors import first_line
+from common.runtime import workdir as workdir_lib
 
 
 def checkpoint_dir(workdir):

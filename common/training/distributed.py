@@ -18,11 +18,11 @@ import tempfile
 from absl import logging
 import tensorflow as tf
 
+from common.contract.errors import CheckpointError
+from common.contract.errors import ConfigError
 from common.runtime import hardware
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
-from common.contract.errors import CheckpointError
-from common.contract.errors import ConfigError
 
 
 class Cluster:

@@ -12,8 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract.errors import CheckpointError
-from common.contract.errors import WorkdirError
 from common.contract.errors import first_line
+from common.contract.errors import WorkdirError
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints as checkpoints_lib
 from common.training import distributed
