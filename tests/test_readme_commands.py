@@ -143,8 +143,10 @@ ADAPTATIONS = {
         append=ONE_BENCHMARK_STEP + ("--variants", "float32")),
     "python scripts/benchmark.py inception_v4 --preset gtx960m --memory_limit_mb 4096": Run(
         "a GPU command (the memory limit applies to a GPU); on a CPU the 299x299 mixed-precision "
-        "steps take minutes, so float32 at 75x75", append=ONE_BENCHMARK_STEP + (
-            "--variants", "float32", "--set", "data.image_size=75", "--set", "model.aux_logits=False")),
+        "steps take minutes, and Inception V4's timed rows are the smoke benchmark's (above): the "
+        "estimate shows the preset and the limit are taken", append=("--estimate_only",)),
+    "python scripts/benchmark.py segmentation --preset smoke": Skip(ELSEWHERE.format(
+        "tests/test_benchmark.py (in one interpreter, every variant)", "every column it prints")),
     "python scripts/convert_to_tfrecord.py": Run(
         "the README leaves the paths to the user (`...`): a small VOC folder the test writes",
         replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
