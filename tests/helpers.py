@@ -4,6 +4,8 @@ import glob
 import importlib
 import json
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -61,6 +63,22 @@ def run_python(args, cwd=REPO_ROOT, timeout=900, env=None):
   env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="2")
   return subprocess.run([sys.executable] + list(args), cwd=cwd, capture_output=True, text=True,
                         timeout=timeout, env=env)
+
+
+def readme_command(start, paths=(), workdir=None):
+  """The arguments after `python` of README.md's one command line that starts with `start` (`\\`
+  continuations joined), each (README path, path) of `paths` swapped, --workdir=workdir last."""
+  with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+    lines = re.sub(r"\\\n\s*", " ", f.read()).splitlines()
+  found = [line.strip() for line in lines if line.strip().startswith(start)]
+  assert len(found) == 1, f"README.md: {len(found)} command lines start with {start!r}"
+  args = []
+  for word in shlex.split(found[0])[1:]:
+    for old, new in paths:
+      word = word.replace(old, str(new))
+    if not word.startswith("--workdir="):
+      args.append(word)
+  return args + [f"--workdir={workdir}"] if workdir else args
 
 
 def free_port():

@@ -3,14 +3,17 @@ file, line, key or path, run in one interpreter through the same guard as the co
 (common/cli.run_guarded); or, with data.skip_bad_files, a named and counted skip."""
 import importlib
 import os
+import re
 
 import numpy as np
 from PIL import Image
 import pytest
+import tensorflow as tf
 
 from common.app import cli
 from common.runtime import workdir as workdir_lib
 from helpers import make_config
+from inception_finetune import slim_checkpoint
 
 TRAIN_MODULES = {"segmentation": "segmentation.train", "triplet": "triplet.train",
                  "inception_v4": "inception_finetune.train"}
@@ -174,6 +177,13 @@ def triplet_corrupt(root):
   return overrides, "id1_0002.png"
 
 
+def triplet_non_image(root):
+  overrides, _ = triplet_files(root)
+  with open(f"{root}/train/id1/notes.txt", "w") as f:
+    f.write("hello")
+  return overrides, "notes.txt"
+
+
 def triplet_pairs(root, text):
   overrides = identities(f"{root}/train", [f"id{i}" for i in range(5)])
   identities(f"{root}/eval", ["ev0", "ev1"])
@@ -187,6 +197,7 @@ TRIPLET_FILES = {
                                              and identities(root, ["lone"], per_identity=1), "lone"),
     "corrupt identity image": triplet_corrupt,
     "truncated identity image": triplet_truncated,
+    "non-image file in an identity folder": triplet_non_image,
     "identity image a link to nothing": lambda root: (triplet_files(root)[0],
                                                       dangling(f"{root}/train/id2/id2_0004.png")),
     "pairs file not UTF-8": lambda root: (triplet_pairs(root, b"1\nev0 1 2\n" + LATIN1 + b" 1 ev1 2\n"),
@@ -238,6 +249,36 @@ def labels_csv(root, rows):
           "data.image_extension": ".png", "data.num_classes": 0}
 
 
+def inception_other_network(root):
+  path = slim_checkpoint.write_checkpoint(f"{root}/resnet.ckpt", {
+      "resnet_v1_50/conv1/weights": np.zeros((7, 7, 3, 64), np.float32)})
+  return {"checkpoint_path": path}, "is not a TF-Slim InceptionV4 checkpoint"
+
+
+def inception_record_label(root):
+  """A TFRecord whose one example is labelled 12 of the smoke preset's 10 classes."""
+  os.makedirs(root)
+  path = f"{root}/train.tfrecord"
+  record = tf.train.Example(features=tf.train.Features(feature={
+      "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+          value=[tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()])),
+      "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[12])),
+  })).SerializeToString()
+  with tf.io.TFRecordWriter(path) as writer:
+    writer.write(record)
+  return ({"data.source": "tfrecord", "data.train_pattern": path, "data.eval_pattern": path},
+          f"{path}: record 0: label 12 is out of range; expected 0..9")
+
+
+def inception_corrupt(root):
+  broken = f"{root}/pug/broken.jpg"
+  os.makedirs(os.path.dirname(broken))
+  with open(broken, "wb") as f:
+    f.write(b"\xff\xd8 not a jpeg")
+  return ({"data.source": "folder", "data.train_dir": root, "data.num_classes": 0},
+          f"{broken}: does not decode as an image")
+
+
 GOOD_ROWS = "id,breed\nimg0,a\nimg1,b\nimg2,a\nimg3,b\nimg4,a\nimg5,b\n"
 INCEPTION_FILES = {
     "truncated class image, train": lambda root: inception_truncated(root, "train"),
@@ -254,6 +295,11 @@ INCEPTION_FILES = {
                                                  **{"data.csv_path": f"{root}/images"}), "images"),
     "missing TF-Slim checkpoint": lambda root: ({"checkpoint_path": f"{root}/nothing.ckpt"},
                                                 f"checkpoint {root}/nothing.ckpt does not exist"),
+    "checkpoint of another network": inception_other_network,
+    "TFRecord label out of range": inception_record_label,
+    "labels.csv of one-hot columns": lambda root: (labels_csv(root, "id,affenpinscher,afghan_hound\nimg0,1,0\n"),
+                                                   "(one-hot columns are not labels)"),
+    "class image that does not decode": inception_corrupt,
 }
 INCEPTION_VALUES = {
     "finetune.head_steps": 1000, "label_smoothing": 1.5, "data.image_size": 50,
@@ -354,3 +400,4 @@ def test_skip_bad_files_names_and_counts_the_skipped_files(trainer, setup, names
     assert any(name in skipped for skipped in results["data"]["skipped_names"]), name
     assert name in caplog.text
   assert "a symbolic link to" in caplog.text
+  assert re.search(r"skipped [\d,]+ of [\d,]+ files that do not decode: ", caplog.text), caplog.text

@@ -6,9 +6,10 @@ environment), with `\\` continuations joined, `# comments` dropped and `a && b` 
 b. A command shown twice runs once, and an inline span that is the start of a block's command (the
 trainers' table abbreviates the sections' commands) is that command. A python command runs as
 written unless ADAPTATIONS (the entry whose key is the longest prefix of the command) says
-otherwise and why. Two rewrites apply to all: absolute /tmp/ paths and TMPDIR point into the
+otherwise and why: a smaller preset or a step cap, or another test that runs the same command line
+and checks what it does (each command line runs once in the suite). Two rewrites apply to all: absolute /tmp/ paths and TMPDIR point into the
 scratch folder, so that no run shares state with another. The inputs the README assumes the user
-has (photo.jpg, inception_v4.ckpt, StanfordDogs/Images) are small stand-ins the `workspace`
+has (inception_v4.ckpt, StanfordDogs/Images, a VOC folder) are small stand-ins the `workspace`
 fixture writes.
 
 A README command that is neither runnable as written nor in the table fails, and so does a block
@@ -19,7 +20,6 @@ import dataclasses
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 
@@ -50,15 +50,13 @@ STARTUP_NOISE = re.compile(r"^([IWE]0000 00:00:|WARNING: All log messages before
 class Run:
   """Runs the command with changes: `preset` replaces the --config preset, `replace` swaps README
   text (placeholders such as `...`) for what runs, `append` adds arguments (later flags win).
-  `exit_codes` are the successes; `prints` is text stdout must hold, `creates` files (under the
-  scratch folder) the command must leave."""
+  `exit_codes` are the successes; `prints` is text stdout must hold."""
   why: str
   preset: str = ""
   replace: tuple = ()
   append: tuple = ()
   exit_codes: tuple = (0,)
   prints: str = ""
-  creates: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,15 +64,13 @@ class Skip:
   why: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Serve:
-  """A server: started with --host and --port, asked `path` over HTTP until it answers with
-  something, then stopped."""
-  why: str
-  path: str
-
-
 AS_WRITTEN = Run("as written")
+# A command line another test runs (on a workdir of its own) and checks more closely.
+ELSEWHERE = "{} runs this command line on a run of its own and checks {}"
+TEMPLATE_COPY = "tests/test_layout.py (in a copy of common/, the trainer and its config alone)"
+# The real-data recipes: each result is asserted once, by the test that runs the command line.
+REAL_DATA = ("a real-data recipe of {} that {} runs as this line reads (the README's real_data/ is "
+             "the session's sets of scripts/make_real_sets.py) and whose figures it asserts")
 TWO_STEPS = ("--config.train.num_steps=2",)
 ONE_INCEPTION_STEP = ("--config.train.num_steps=1", "--config.finetune.head_steps=1")
 ONE_BENCHMARK_STEP = ("--steps", "1", "--windows", "1")
@@ -95,27 +91,37 @@ ADAPTATIONS = {
         "mixed precision is a GPU setting (float16 convolution gradients are hundreds of times "
         "slower on a CPU); 2 steps show the preset builds, trains, evaluates and exports",
         append=("--config.mixed_precision=False",) + TWO_STEPS),
-    "python -m segmentation.train --config=configs/segmentation.py:scenes": Run(
-        "the scenes preset trains 600 steps (minutes; tests/test_real_segmentation.py runs them all); "
-        "2 steps show it trains on the real set's VOC scenes, evaluates and exports",
-        append=("--config.train.num_steps=2",)),
-    "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy": Run(
-        "the real-data recipe trains 800 steps (minutes; tests/test_real_segmentation.py runs it); "
-        "2 steps show the command trains on the real set's npy patches, evaluates and exports",
-        append=TWO_STEPS),
+    "python -m segmentation.train --config=configs/segmentation.py:scenes": Skip(REAL_DATA.format(
+        "600 steps", "tests/test_real_segmentation.py")),
+    "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy": Skip(
+        REAL_DATA.format("800 steps", "tests/test_real_segmentation.py")),
     "python -m segmentation.evaluate --config=configs/segmentation.py": Run(
         "runs/segmentation was trained with the smoke preset (above)", preset="smoke"),
-    "python -m segmentation.predict": Run(
-        "as written; the masks must be there",
-        creates=("runs/masks/photo_mask.png", "runs/masks/photo_classes.png", "runs/masks/photo_overlay.png")),
+    "python -m segmentation.train --config=configs/segmentation.py:smoke --workdir=/tmp/smoke": Skip(
+        ELSEWHERE.format(TEMPLATE_COPY, "the SavedModel it exports")),
+    "python -m triplet.train --config=configs/triplet.py:smoke --workdir=/tmp/triplet": Skip(
+        ELSEWHERE.format(TEMPLATE_COPY, "the SavedModel it exports")),
+    "python -m inception_finetune.train --config=configs/inception_v4.py:smoke --workdir=/tmp/inception": Skip(
+        ELSEWHERE.format(TEMPLATE_COPY + ", one step", "the SavedModel it exports")),
+    "python -m segmentation.predict": Skip(ELSEWHERE.format(
+        "tests/test_segmentation_train.py (--saved_model and --workdir)", "the masks it writes")),
+    "python -m segmentation.train --help": Skip(ELSEWHERE.format(
+        "tests/test_cli_output.py", "the flags and presets it lists")),
+    "python -m segmentation.evaluate --workdir=runs/segmentation": Skip(ELSEWHERE.format(
+        "tests/test_segmentation_train.py", "its mIoU against the run's")),
+    "python -m triplet.evaluate --workdir=runs/triplet": Skip(ELSEWHERE.format(
+        "tests/test_triplet_train.py", "its figures against the run's")),
+    "python -m inception_finetune.evaluate --workdir=runs/dogs": Skip(ELSEWHERE.format(
+        "tests/test_inception_train.py", "its top-1 against the run's")),
     "python -m triplet.train --config=configs/triplet.py": Run(
         "the default preset trains 3000 steps at 160x160 (GPU-sized)", preset="smoke"),
-    "python -m triplet.train --config=configs/triplet.py:few": Run(
-        "1,000 steps (tests/test_real_triplet.py runs them all and checks the figures); 2 steps show the "
-        "command trains on the 8-identity set, evaluates and exports", append=TWO_STEPS),
-    "python -m triplet.train --config=configs/triplet.py:small": Run(
-        "the real-data run is a slow test of its own; 2 steps show the command trains on the real "
-        "set's identities, evaluates on the held-out ones and exports", append=TWO_STEPS),
+    "python -m triplet.train --config=configs/triplet.py --workdir=runs/triplet": Skip(
+        "the default preset trains 3000 steps at 160x160 (GPU-sized); with the smoke preset it is the "
+        "smoke line below, which " + TEMPLATE_COPY + " runs"),
+    "python -m triplet.train --config=configs/triplet.py:few": Skip(REAL_DATA.format(
+        "1,000 steps", "tests/test_real_triplet.py")),
+    "python -m triplet.train --config=configs/triplet.py:small": Skip(REAL_DATA.format(
+        "800 steps", "tests/test_real_triplet.py")),
     "python -m inception_finetune.train --config=configs/inception_v4.py --config.checkpoint_path=inception_v4.ckpt": Run(
         "the default preset trains 6000 steps at 299x299; the smoke preset (75x75, 10 classes as "
         "in the stand-in StanfordDogs/Images) restores the same checkpoint, and one step shows it trains",
@@ -123,9 +129,8 @@ ADAPTATIONS = {
     "python -m inception_finetune.train --config=configs/inception_v4.py:smoke": Run(
         "60 Inception V4 steps take minutes on 2 busy cores; one step shows the smoke run trains",
         append=ONE_INCEPTION_STEP),
-    "python -m inception_finetune.train --config=configs/inception_v4.py:scratch": Run(
-        "300 steps on the digits of scripts/make_real_sets.py take minutes (tests/test_real_inception.py "
-        "runs them); one step shows the command trains on them", append=ONE_INCEPTION_STEP),
+    "python -m inception_finetune.train --config=configs/inception_v4.py:scratch": Skip(REAL_DATA.format(
+        "300 steps (16 there: its figures need no more)", "tests/test_real_inception.py")),
     "python scripts/check_gpu.py": Run(
         "exit code 1 is its documented answer on a machine without a usable GPU, as here",
         exit_codes=(0, 1), prints="result: "),
@@ -138,15 +143,16 @@ ADAPTATIONS = {
         append=ONE_BENCHMARK_STEP + ("--variants", "float32")),
     "python scripts/benchmark.py inception_v4 --preset gtx960m --memory_limit_mb 4096": Run(
         "a GPU command (the memory limit applies to a GPU); on a CPU the 299x299 mixed-precision "
-        "steps take minutes, so float32 at 75x75", append=ONE_BENCHMARK_STEP + (
-            "--variants", "float32", "--set", "data.image_size=75", "--set", "model.aux_logits=False")),
+        "steps take minutes, and Inception V4's timed rows are the smoke benchmark's (above): the "
+        "estimate shows the preset and the limit are taken", append=("--estimate_only",)),
+    "python scripts/benchmark.py segmentation --preset smoke": Skip(ELSEWHERE.format(
+        "tests/test_benchmark.py (in one interpreter, every variant)", "every column it prints")),
     "python scripts/convert_to_tfrecord.py": Run(
         "the README leaves the paths to the user (`...`): a small VOC folder the test writes",
         replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
                  ("--output_prefix=...", "--output_prefix=tfrecords/train"))),
-    "tensorboard --logdir runs/segmentation": Serve(
-        "a server that runs until stopped: it is asked for the scalar tags of the runs it serves",
-        path="/data/plugin/scalars/tags"),
+    "tensorboard --logdir runs/segmentation": Skip(ELSEWHERE.format(
+        "tests/test_segmentation_train.py", "the loss series it serves")),
 }
 
 
@@ -240,9 +246,8 @@ def test_parse_joins_continuations_splits_chains_and_keeps_the_order():
 
 
 def make_stand_ins(root):
-  """The inputs the README assumes: an image, a TF-Slim checkpoint, class folders, a VOC folder."""
+  """The inputs the README assumes: a TF-Slim checkpoint, class folders, a VOC folder."""
   rng = np.random.default_rng(0)
-  Image.fromarray(rng.integers(0, 256, (40, 52, 3), dtype=np.uint8)).save(root / "photo.jpg")
   helpers.write_slim_inception_checkpoint(str(root / "inception_v4.ckpt"))
   for label in range(10):  # the smoke preset's 10 classes
     folder = root / "StanfordDogs" / "Images" / f"n0208{label:04d}-breed_{label}"
@@ -278,18 +283,13 @@ class Workspace:
     adaptation = ADAPTATIONS[key] if key else AS_WRITTEN
     if isinstance(adaptation, Skip):
       return None
-    argv = [self.to_tmp(word) for word in command.argv]
-    if isinstance(adaptation, Run):
-      argv = [self.adapt(word, adaptation) for word in argv] + list(adaptation.append)
-    programs = {"python": [sys.executable], "tensorboard": [sys.executable, "-m", "tensorboard.main"]}
-    if argv[0] not in programs:
+    argv = [self.adapt(self.to_tmp(word), adaptation) for word in command.argv] + list(adaptation.append)
+    if argv[0] != "python":
       return f"README command `{command.text}`: no way to run {argv[0]}; give it an entry in ADAPTATIONS"
     shown = "" if list(command.argv) == argv else f" (ran as `{shlex.join(argv)}`)"
-    argv = programs[argv[0]] + argv[1:]
+    argv = [sys.executable] + argv[1:]
     env = dict(os.environ, TMPDIR=str(self.tmp), TF_CPP_MIN_LOG_LEVEL="2")
     env.update(self.to_tmp(assignment).split("=", 1) for assignment in command.env)
-    if isinstance(adaptation, Serve):
-      return self.serve(command, argv, adaptation, env)
     try:
       result = subprocess.run(argv, cwd=self.root, capture_output=True, text=True, timeout=TIMEOUT_S,
                               env=env)
@@ -301,9 +301,6 @@ class Workspace:
               f"{stderr_tail(result.stderr)}")
     if adaptation.prints not in result.stdout:
       return f"README command `{command.text}` did not print {adaptation.prints!r}: {result.stdout[-2000:]}"
-    missing = [path for path in adaptation.creates if not (self.root / path).is_file()]
-    if missing:
-      return f"README command `{command.text}` exited {result.returncode} without writing {missing}"
     return None
 
   def to_tmp(self, word):
@@ -317,20 +314,6 @@ class Workspace:
     if adaptation.preset and word.startswith("--config="):
       word = f"{word.split(':')[0]}:{adaptation.preset}"
     return word
-
-  def serve(self, command, argv, adaptation, env):
-    port = helpers.free_port()
-    server = subprocess.Popen(argv + ["--host", "127.0.0.1", "--port", str(port)], cwd=self.root,
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-      answer = helpers.wait_for_json(f"http://127.0.0.1:{port}{adaptation.path}", bool, 120)
-    finally:
-      server.send_signal(signal.SIGTERM)
-      _, stderr = server.communicate(timeout=30)
-    if not answer:
-      return (f"README command `{command.text}`: {adaptation.path} gave no answer with data in 120 s "
-              f"(got {answer!r}); stderr ends:\n{stderr_tail(stderr)}")
-    return None
 
 
 def stderr_tail(stderr):

@@ -1,4 +1,6 @@
-"""Inception V4 from random weights on real handwriting (scripts/make_real_sets.py's classes)."""
+"""Inception V4 from random weights on real handwriting (scripts/make_real_sets.py's classes): the
+README's `scratch` command line (its real_data/ the session's sets) with fewer steps;
+tests/test_readme_commands.py leaves it to this file."""
 import json
 
 import pytest
@@ -13,14 +15,12 @@ def test_scratch_preset_evaluates_the_network_it_trained_without_touching_batch_
   # TF-Slim's decay 0.9997 left the moving statistics at their initial values: evaluation losses of
   # 1e7-6e7 against a training loss of 2.3 after 50-200 steps. The recalibrated statistics give an
   # evaluation loss near the training loss from the first evaluation on.
-  root = real_sets / "classes"
   workdir = tmp_path / "run"
-  flags = ["--config=configs/inception_v4.py:scratch", "--config.data.source=folder",
-           f"--config.data.train_dir={root / 'train'}", f"--config.data.eval_dir={root / 'eval'}",
-           f"--workdir={workdir}", f"--config.train.num_steps={STEPS}",
-           f"--config.finetune.head_steps={STEPS}", f"--config.train.eval_every={STEPS}",
-           f"--config.train.log_every={STEPS // 2}"]
-  result = helpers.run_python(["-m", "inception_finetune.train", *flags], timeout=900)
+  flags = [f"--config.train.num_steps={STEPS}", f"--config.finetune.head_steps={STEPS}",
+           f"--config.train.eval_every={STEPS}", f"--config.train.log_every={STEPS // 2}"]
+  command = helpers.readme_command("python -m inception_finetune.train --config=configs/inception_v4.py:scratch",
+                                   [("real_data/", f"{real_sets}/")], workdir)
+  result = helpers.run_python(command + flags, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "BatchNorm: 149 of 149 layers start from random weights" in result.stderr
   assert "EVALUATION LOSS" not in result.stderr

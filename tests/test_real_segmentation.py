@@ -1,18 +1,25 @@
 """Segmentation learns real handwriting (scripts/make_real_sets.py), beyond the all-background baseline.
 
-Both runs go through the command line, as a user runs them, and read metrics.json.
+Both runs are the README's command lines (its real_data/ the session's sets), as a user runs them;
+tests/test_readme_commands.py leaves them to this file. They read metrics.json.
 """
 import json
 import re
 
 import pytest
 
-from helpers import run_python
+import helpers
+
+SCENES = "python -m segmentation.train --config=configs/segmentation.py:scenes"
+# Its flags: the scenes preset's network without its stem, on the patches padded to 32 (a multiple of its stride 8;
+# the padding is ignored), 800 steps of 32.
+NPY = "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy"
 
 
-def train(args, workdir):
-  """Runs segmentation.train with args; returns (metrics.json's eval section, stdout)."""
-  result = run_python(["-m", "segmentation.train", *args, f"--workdir={workdir}"], timeout=1200)
+def train(start, real_sets, workdir):
+  """Runs the README's command line that starts with `start`; returns (metrics.json's eval section, stdout)."""
+  args = helpers.readme_command(start, [("real_data/", f"{real_sets}/")], workdir)
+  result = helpers.run_python(args, timeout=1200)
   assert result.returncode == 0, result.stderr[-3000:]
   with open(workdir / "metrics.json") as f:
     return json.load(f)["eval"], result.stdout
@@ -27,9 +34,7 @@ def final_line_figures(stdout):
 @pytest.mark.slow
 def test_scenes_preset_learns_digit_scenes_much_larger_than_a_patch(real_sets, tmp_path):
   """VOC layout, one digit 84-112 px tall per 128x128 scene (3-4x the default 28 px patch), 11 classes."""
-  scores, stdout = train(["--config=configs/segmentation.py:scenes", "--config.data.source=voc",
-                          f"--config.data.voc_root={real_sets / 'voc'}", "--config.data.num_classes=11"],
-                         tmp_path)
+  scores, stdout = train(SCENES, real_sets, tmp_path)
   print(f"scenes: mIoU {scores['miou']:.4f} (all-background {scores['chance_miou']:.4f})")
   assert (scores["miou"], scores["chance_miou"]) == pytest.approx(final_line_figures(stdout), abs=1e-4)
   assert scores["chance_miou"] < 0.1
@@ -42,19 +47,8 @@ def test_scenes_preset_learns_digit_scenes_much_larger_than_a_patch(real_sets, t
 @pytest.mark.slow
 def test_npy_patches_reach_miou_085(real_sets, tmp_path):
   """28x28 patches of one 18-26 px digit each, 11 classes."""
-  npy = real_sets / "npy"
-  scores, _ = train(["--config=configs/segmentation.py", "--config.data.source=npy",
-                     "--config.data.num_classes=11", *NPY_OVERRIDES,
-                     *(f"--config.data.{split}_{kind}={npy / f'{split}_{kind}.npy'}"
-                       for split in ("train", "eval") for kind in ("images", "labels"))], tmp_path)
+  scores, _ = train(NPY, real_sets, tmp_path)
   print(f"npy: mIoU {scores['miou']:.4f} (all-background {scores['chance_miou']:.4f})")
   assert scores["chance_miou"] < 0.1
   assert scores["miou"] >= 0.85
 
-
-# The scenes preset's network without its stem, on the patches padded to 32 (a multiple of its stride 8;
-# the padding is ignored), 800 steps of 32.
-NPY_OVERRIDES = ["--config.data.normalization=per_image_standardization", "--config.model.widths=(32,64,128,128)",
-                 "--config.data.patch_size=32", "--config.data.patches_per_image=1",
-                 "--config.train.num_steps=800", "--config.optimizer.decay_steps=800",
-                 "--config.optimizer.decay_rate=0.05"]

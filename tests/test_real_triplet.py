@@ -1,4 +1,8 @@
-"""The triplet trainer learns real handwriting: held-out identities (scripts/make_real_sets.py)."""
+"""The triplet trainer learns real handwriting: held-out identities (scripts/make_real_sets.py).
+
+The runs are the README's command lines (its real_data/ the session's sets), as a user runs them;
+tests/test_readme_commands.py leaves them to this file.
+"""
 import json
 import os
 
@@ -27,12 +31,10 @@ def test_identity_folders_hold_out_identities_and_their_digit_samples(real_sets)
 @pytest.mark.slow
 def test_small_preset_beats_the_untrained_network_and_raw_pixels_on_held_out_identities(real_sets,
                                                                                           tmp_path):
-  root = real_sets / "identities"
   workdir = tmp_path / "run"
-  result = helpers.run_python([
-      "-m", "triplet.train", "--config=configs/triplet.py:small", "--config.data.source=folder",
-      f"--config.data.train_dir={root / 'train'}", f"--config.data.eval_dir={root / 'eval'}",
-      f"--config.data.pairs_file={root / 'pairs.txt'}", f"--workdir={workdir}"], timeout=900)
+  result = helpers.run_python(helpers.readme_command(
+      "python -m triplet.train --config=configs/triplet.py:small", [("real_data/", f"{real_sets}/")], workdir),
+      timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   trained = json.loads((workdir / "metrics.json").read_text())["eval"]
   before = json.loads((workdir / "initial_eval.json").read_text())
@@ -50,17 +52,16 @@ def test_few_preset_on_8_identities_beats_the_untrained_network_and_raw_pixels_a
   # The few-identities development set: 8 of the 70 training numbers, the same 30 held-out ones.
   root = make_real_sets.write_identities(str(tmp_path), train_identities=8)
   assert len(os.listdir(os.path.join(root, "train"))) == 8
-  data_flags = ["--config=configs/triplet.py:few", "--config.data.source=folder",
-                f"--config.data.train_dir={root}/train", f"--config.data.eval_dir={root}/eval",
-                f"--config.data.pairs_file={root}/pairs.txt"]
   workdir = tmp_path / "run"
-  result = helpers.run_python(["-m", "triplet.train", *data_flags, f"--workdir={workdir}"], timeout=900)
+  command = helpers.readme_command("python -m triplet.train --config=configs/triplet.py:few",
+                                   [("real_data_few/identities", root)])
+  result = helpers.run_python(command + [f"--workdir={workdir}"], timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   run = json.loads((workdir / "metrics.json").read_text())
   before = json.loads((workdir / "initial_eval.json").read_text())
   assert run["best"]["metric"] == "verification_accuracy"
   # The exported SavedModel, evaluated on its own, is the best evaluation's model.
-  result = helpers.run_python(["-m", "triplet.evaluate", *data_flags, f"--workdir={workdir}",
+  result = helpers.run_python(["-m", "triplet.evaluate", *command[2:], f"--workdir={workdir}",
                                f"--saved_model={workdir / 'saved_model'}",
                                f"--report_dir={tmp_path / 'report'}"], timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
