@@ -24,6 +24,11 @@ _NON_MODEL_VARIABLES = ("global_step",)
 PUBLISHED_NAME = "inception_v4.ckpt"
 
 
+class CorruptCheckpointError(CheckpointError):
+  """A checkpoint's own files are damaged, incomplete or gone (a checksum that does not match, a
+  missing .data file), as opposed to a sound checkpoint that does not fit the model."""
+
+
 @dataclasses.dataclass
 class RestoreReport:
   """What `restore` did, by TF-Slim variable name."""
@@ -88,8 +93,18 @@ def read_variable_shapes(path):
   try:
     reader = tf.train.load_checkpoint(path)
   except (tf.errors.OpError, ValueError) as error:
-    raise CheckpointError(f"checkpoint {path} is unreadable: {first_line(error)}") from None
+    raise CorruptCheckpointError(f"checkpoint {path} is unreadable: {first_line(error)}") from None
   return reader, reader.get_variable_to_shape_map()
+
+
+def read_tensor(reader, path, name, hint=""):
+  """reader.get_tensor(name), which checks the tensor's checksum; a tensor that does not read back
+  is a CorruptCheckpointError naming the checkpoint, ending with `hint`."""
+  try:
+    return reader.get_tensor(name)
+  except (tf.errors.OpError, IndexError) as error:  # IndexError: a truncated .data file
+    raise CorruptCheckpointError(f"checkpoint {path} is corrupt or incomplete: {name} does not read back "
+                                 f"({first_line(error)}){hint}") from None
 
 
 def check_slim_checkpoint(checkpoint_path):
@@ -110,10 +125,15 @@ def restore(model, checkpoint_path, exclude_scopes=(), ignore_missing_vars=False
     CheckpointError: the path holds no checkpoint, the checkpoint is not an
       InceptionV4 one, or (unless ignore_missing_vars) a variable is missing or has
       another shape; the message names the path and the variable.
+    CorruptCheckpointError: a file of the checkpoint is damaged or gone.
   """
   report, reader, to_assign = _plan(model, checkpoint_path, exclude_scopes, ignore_missing_vars)
-  for name, variable in to_assign:
-    variable.assign(tf.cast(reader.get_tensor(name), variable.dtype))
+  folder = os.path.dirname(report.checkpoint) or "."
+  hint = f"; fetch it again (`{fetch_command(folder)}` replaces a broken one) or copy it again"
+  # Every tensor is read before any is assigned, so that a corrupt one leaves the model as it was.
+  values = [read_tensor(reader, report.checkpoint, name, hint) for name, _ in to_assign]
+  for (name, variable), value in zip(to_assign, values):
+    variable.assign(tf.cast(value, variable.dtype))
     report.loaded.append(name)
   logging.info("%s", report.format())
   return report

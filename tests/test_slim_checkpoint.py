@@ -1,4 +1,8 @@
 """TF-Slim checkpoints: round trip under slim names, exclusions, scopes, bad checkpoints."""
+import os
+import re
+import shutil
+
 import keras
 import numpy as np
 import pytest
@@ -139,6 +143,37 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path, kind):
   with pytest.raises(CheckpointError, match=expected) as error:
     slim_checkpoint.restore(model, path)
   assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("damage", ["flipped_byte", "vanished_data"])
+def test_a_corrupt_checkpoint_is_one_line_naming_it_and_assigns_nothing(source, tmp_path, damage):
+  _, original = source
+  path = str(tmp_path / "inception_v4.ckpt")
+  for suffix in (".index", ".data-00000-of-00001"):
+    shutil.copy(original + suffix, path + suffix)
+  data = path + ".data-00000-of-00001"
+  if damage == "flipped_byte":
+    with open(data, "r+b") as f:
+      f.seek(os.path.getsize(data) // 2)
+      byte = f.read(1)
+      f.seek(-1, os.SEEK_CUR)
+      f.write(bytes([byte[0] ^ 1]))
+    reason = "Checksum does not match"
+  else:
+    os.remove(data)
+    reason = "No such file or directory"
+  model = build(seed=8)
+  before = values_by_name(model)
+  with pytest.raises(slim_checkpoint.CorruptCheckpointError) as error:
+    slim_checkpoint.restore(model, path)  # as inception_finetune/train.py does
+  message = str(error.value)
+  assert re.fullmatch(
+      rf"checkpoint {path} is corrupt or incomplete: InceptionV4/\S+ does not read back \(.*{reason}.*\); "
+      rf"fetch it again \(`python scripts/fetch_slim_checkpoint.py --output_dir={tmp_path}` replaces a "
+      r"broken one\) or copy it again", message), message
+  assert "\n" not in message and "does not match this model" not in message  # not a mismatch
+  after = values_by_name(model)
+  assert all(np.array_equal(after[name], value) for name, value in before.items())  # nothing assigned
 
 
 def test_trainable_scopes_freeze_other_layers_and_their_batch_norm():
