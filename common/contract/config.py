@@ -258,9 +258,11 @@ def validate_config(config):
       "optimizer.warmup_steps": NON_NEGATIVE_INT,
       "optimizer.decay_rate": number(0, 1, low_open=True),
       "optimizer.staircase": BOOL,
-      "optimizer.boundaries": Check(
-          lambda v: sequence_of(POSITIVE_INT, "").ok(v) and list(v) == sorted(set(v)),
-          "increasing positive step numbers, e.g. (3000, 6000)"),
+      "optimizer.boundaries": Check(  # the piecewise schedule's values are one more, from decay_rate
+          lambda v: sequence_of(POSITIVE_INT, "").ok(v) and list(v) == sorted(set(v))
+          and (len(v) > 0 or config.optimizer.schedule != "piecewise"),
+          "increasing positive step numbers, e.g. (3000, 6000); optimizer.schedule='piecewise' needs "
+          "one or more"),
       "optimizer.final_fraction": FRACTION,
       "optimizer.power": POSITIVE,
       "optimizer.adam.beta_1": FRACTION,
