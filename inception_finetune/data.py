@@ -20,7 +20,6 @@ This module is the one reader of the config's data section: it checks its values
 plain values to the readers and checks of common/data (labels: common/data/class_labels).
 """
 import collections
-import csv
 import dataclasses
 import operator
 import os
@@ -140,6 +139,9 @@ def _evaluation_data(cfg, batch_size, seed, workdir):
   if run_names is not None and list(class_names) != list(run_names):
     raise DataError(f"the data's {len(class_names)} classes ({', '.join(class_names[:3])}, ...) are not "
                     f"those of {os.path.join(workdir, LABELS_FILENAME)}, which the run was trained on")
+  if run_counts is not None and len(run_counts) != len(class_names):
+    raise DataError(f"{os.path.join(workdir, CLASS_BALANCE_FILENAME)}: {len(run_counts)} classes, but the "
+                    f"data has {len(class_names)}; it is another run's, or the data changed")
   training = []
 
   def new_train():
@@ -160,15 +162,19 @@ def _evaluation_data(cfg, batch_size, seed, workdir):
 
 def read_run_classes(workdir):
   """(class names, training images per class) of the run in workdir, from its labels.txt and
-  class_balance.csv; None for a file the workdir does not have."""
+  class_balance.csv; None for a file the workdir does not have. A file that is empty, cut short, or
+  whose classes are not the other's is a DataError naming it."""
   if not workdir:
     return None, None
   labels, balance = (os.path.join(workdir, name) for name in (LABELS_FILENAME, CLASS_BALANCE_FILENAME))
-  names = class_labels.read_labels_file(labels) if os.path.isfile(labels) else None
-  counts = None
-  if os.path.isfile(balance):
-    with open(balance, newline="") as f:
-      counts = np.array([int(row["train_images"]) for row in csv.DictReader(f)], np.int64)
+  fix = "run the training command of this workdir again, which writes it anew"
+  try:
+    names = class_labels.read_labels_file(labels) if os.path.isfile(labels) else None
+    counts = class_labels.read_class_balance(balance) if os.path.isfile(balance) else None
+  except DataError as e:
+    raise DataError(f"{e}; {fix}") from None
+  if names is not None and counts is not None and len(counts) != len(names):
+    raise DataError(f"{balance}: {len(counts)} classes, but {labels} names {len(names)}; {fix}")
   return names, counts
 
 

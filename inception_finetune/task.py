@@ -203,12 +203,13 @@ def make_phases(config, model, mixed_precision):
   head_steps = config.finetune.head_steps
   unfrozen_steps = config.train.num_steps - head_steps
   head = task_lib.Phase(
-      "head", head_steps, optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps),
+      "head", head_steps,
+      optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps, phase="head"),
       prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes))
   unfrozen = task_lib.Phase(
       "unfrozen", unfrozen_steps,
       optimizers.make_optimizer(config.optimizer, mixed_precision, unfrozen_steps,
-                                learning_rate=config.finetune.learning_rate),
+                                learning_rate=config.finetune.learning_rate, phase="unfrozen"),
       prepare=lambda: slim_checkpoint.set_trainable_scopes(model, last_scopes))
   return [head, unfrozen]
 

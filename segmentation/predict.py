@@ -46,14 +46,14 @@ def load_saved_model(saved_model):
 
 def load_workdir(workdir, config):
   """images -> (class ids, class names) of a run's best weights, else its newest checkpoint."""
-  weights = (tf.train.latest_checkpoint(checkpoints.best_dir(workdir))
-             or tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)))
-  if not weights:
-    raise CheckpointError(f"no checkpoint in {checkpoints.checkpoint_dir(workdir)}; train into --workdir "
-                          "first, or pass --saved_model")
+  directory = checkpoints.best_dir(workdir)
+  if not checkpoints.newest(directory):
+    directory = checkpoints.checkpoint_dir(workdir)
+    if not checkpoints.newest(directory):
+      raise CheckpointError(f"no checkpoint in {directory}; train into --workdir first, or pass --saved_model")
   names = data_lib.class_names(config.data) or tuple(str(c) for c in range(config.data.num_classes))
   model = task_lib.build_model(config, config.data.num_classes)
-  checkpoints.restore(tf.train.Checkpoint(model=model), weights, partial=True)
+  weights = checkpoints.restore_newest(tf.train.Checkpoint(model=model), directory)
   logging.info("predicting with %s", weights)
   multiple = task_lib.pad_multiple(config)
   logits = tf.function(lambda images: task_lib.whole_image_logits(model, images, multiple), reduce_retracing=True)
@@ -96,11 +96,8 @@ def main(argv):
   if len(argv) < 2:
     raise app.UsageError("give one or more image files")
   workdir = _WORKDIR.value
-  if not _SAVED_MODEL.value and not os.path.isfile(os.path.join(workdir, "config.json")):
-    raise CheckpointError(f"{workdir} holds no config.json: --workdir must be a segmentation.train run's "
-                          "workdir, or pass --saved_model")
-  predict_files(argv[1:], _OUTPUT_DIR.value, cli.run_config(_CONFIG, workdir), saved_model=_SAVED_MODEL.value,
-                workdir=workdir, max_pixels=_MAX_PIXELS.value)
+  predict_files(argv[1:], _OUTPUT_DIR.value, cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value),
+                saved_model=_SAVED_MODEL.value, workdir=workdir, max_pixels=_MAX_PIXELS.value)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ input is in tests/test_bad_inputs.py's table)."""
 import glob
 import json
 import os
+import shutil
+import sys
 
 import keras
 import numpy as np
@@ -19,6 +21,7 @@ from inception_finetune import slim_checkpoint
 from inception_finetune import task as task_lib
 from inception_finetune import train
 from scripts import memory_estimate
+import test_run_files
 
 # The base blocks the end-to-end test keeps frozen in phase 2 (its last 16 of 22 are unfrozen).
 FROZEN_IN_PHASE_2 = iv.BLOCK_NAMES[:6]
@@ -191,6 +194,19 @@ def test_reports_and_saved_model_are_written(finetune_run, run_cli):
   assert json.loads(evaluated.stdout)["top1"] == evaluation["top1"]
   assert {path: os.path.getmtime(path) for path in glob.glob(f"{workdir}/**", recursive=True)
           if os.path.isfile(path) and not path.startswith(os.path.join(workdir, "other"))} == before
+
+
+@pytest.mark.slow
+def test_a_corrupt_checkpoint_of_the_run_is_one_line_for_evaluate(finetune_run, tmp_path, monkeypatch, capsys):
+  """evaluate --workdir on a copy of the run whose newest checkpoint has flipped bytes in its data file."""
+  workdir = tmp_path / "run"
+  shutil.copytree(os.path.join(finetune_run["workdir"], "checkpoints"), workdir / "checkpoints")
+  for name in ("config.json", "labels.txt", "class_balance.csv"):
+    shutil.copy(os.path.join(finetune_run["workdir"], name), workdir)
+  data = test_run_files.corrupt(tf.train.latest_checkpoint(str(workdir / "checkpoints")))
+  monkeypatch.setattr(sys, "argv", ["evaluate"])
+  line = test_run_files.error_line(capsys, test_run_files.evaluate, "inception_v4", workdir)
+  assert line.startswith(f"error: {data} is corrupt (checksum does not match)"), line
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ the program with one line on stderr and exit code 2; an interrupted run exits
 128 + the signal number after its checkpoint is written.
 """
 import importlib.util
-import json
 import logging as std_logging
 import os
 import sys
@@ -14,10 +13,11 @@ from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
-import tensorflow as tf
 
 from common.contract import config as config_lib
 from common.contract.errors import CheckpointError
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from common.contract.errors import TrainingDiverged
 from common.contract.errors import UserError
 from common.contract.errors import WorkdirError
@@ -55,17 +55,33 @@ def define_evaluation_flags():
   return saved_model, report_dir
 
 
-def run_config(config_flag, workdir):
-  """The config of a command that reads a run (evaluate): without --config on the command line, the
-  run's own resolved config (<workdir>/config.json) with the command's --config.key=value flags on
-  top; with --config, that one. What differs from the run's config is logged, as on resume."""
+def run_config(config_flag, workdir, saved_model=None):
+  """The config of a command that reads a run (evaluate, predict): without --config on the command
+  line, the run's own resolved config (<workdir>/config.json) with the command's --config.key=value
+  flags on top; with --config, that one. What differs from the run's config is logged, as on resume.
+
+  A config.json that is missing (unless --saved_model is what the command reads), empty, cut short
+  or another trainer's is one line; with --config it is only compared, so that a broken one is a
+  warning.
+  """
   saved_path = os.path.join(workdir, "config.json")
   config = config_flag.value
+  from_file = bool(_config_file_args(sys.argv))
   if not os.path.isfile(saved_path):
+    if not (from_file or saved_model):
+      raise ConfigError(f"{saved_path} does not exist: give the --workdir of a training run of this "
+                        "trainer, or its config with --config=<file>")
     return config
-  with open(saved_path) as f:
-    saved = json.load(f)
-  if not _config_file_args(sys.argv):
+  fix = (f"copy the run's config back from {os.path.join(workdir, workdir_lib.CONFIG_HISTORY_DIR)}/"
+         "<time>.json (each run's copy), or pass --config=<file>")
+  try:
+    saved = config_lib.read_saved_config(saved_path, config, fix)
+  except DataError as e:
+    if not from_file:
+      raise
+    logging.warning("%s (not compared with --config)", e)
+    return config
+  if not from_file:
     overrides = {key: config_lib.get_value(config, key) for key in config_lib.override_keys(sys.argv[1:])}
     left_out = config_lib.apply_saved(config, saved)
     if left_out:
@@ -87,7 +103,7 @@ def check_evaluation_paths(workdir, saved_model, report_dir):
     workdir_lib.check_saved_model(saved_model)
   elif os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(f"--workdir {workdir} is a file; give the workdir folder of a training run")
-  elif not tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)):
+  elif not checkpoints.newest(checkpoints.checkpoint_dir(workdir)):
     raise CheckpointError(f"no checkpoint in {checkpoints.checkpoint_dir(workdir)}; train into "
                           "--workdir first, or pass --saved_model")
   if report_dir:

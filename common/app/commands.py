@@ -33,23 +33,29 @@ def train_and_export(config, workdir, *, strategy, model, phases, task, headline
 
 def run_evaluation(default_config, default_workdir, make_task,
                    shown=lambda metrics, task, report_dir: metrics):
-  """evaluate.py's command: scores the newest checkpoint of --workdir (or --saved_model) on the
-  evaluation set of make_task(config, workdir, for_training=False), writes the report into
-  --report_dir (default <workdir>/eval) and prints shown(metrics, task, report_dir) as JSON.
-
-  The config is the run's own (cli.run_config) unless --config is given.
-  """
+  """evaluate.py's command: evaluate_run with its flags, then prints shown(metrics, task, report_dir)
+  as JSON."""
   config_flag, workdir_flag = cli.define_flags(default_config, default_workdir)
   saved_model_flag, report_dir_flag = cli.define_evaluation_flags()
 
   def main(argv):
     del argv
-    workdir = workdir_flag.value
-    config = cli.run_config(config_flag, workdir)
-    startup.prepare_run(config)
-    task = make_task(config, workdir, for_training=False)
-    report_dir = report_dir_flag.value or os.path.join(workdir, "eval")
-    evaluation = evaluation_lib.evaluate_saved(task, workdir, saved_model_flag.value, report_dir)
+    evaluation, task, report_dir = evaluate_run(config_flag, workdir_flag.value, make_task,
+                                                saved_model_flag.value, report_dir_flag.value)
     print(json.dumps(shown(evaluation.metrics, task, report_dir), indent=2, sort_keys=True))
 
   cli.run(main)
+
+
+def evaluate_run(config_flag, workdir, make_task, saved_model=None, report_dir=None):
+  """Scores the newest checkpoint of workdir (or saved_model) on the evaluation set of
+  make_task(config, workdir, for_training=False) and writes the report into report_dir (default
+  <workdir>/eval); returns (the Evaluation, the task, report_dir).
+
+  The config is the run's own (cli.run_config) unless --config is given.
+  """
+  config = cli.run_config(config_flag, workdir, saved_model)
+  startup.prepare_run(config)
+  task = make_task(config, workdir, for_training=False)
+  report_dir = report_dir or os.path.join(workdir, "eval")
+  return evaluation_lib.evaluate_saved(task, workdir, saved_model, report_dir), task, report_dir

@@ -16,6 +16,7 @@ import typing
 import ml_collections
 
 from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 
 # Learning rates outside this range are almost always a typo (the original
 # question trained at 1e-50 and nothing moved); `allow_extreme_learning_rate` opts out.
@@ -131,11 +132,11 @@ def set_value(config, dotted_key, value):
 
 
 def flatten_keys(config, prefix=""):
-  """All leaf keys of a ConfigDict, dotted."""
+  """All leaf keys of a ConfigDict (or of a dict, a config.json's), dotted."""
   keys = []
   for key, value in config.items():
     path = f"{prefix}{key}"
-    if isinstance(value, ml_collections.ConfigDict):
+    if isinstance(value, (ml_collections.ConfigDict, dict)):
       keys.extend(flatten_keys(value, path + "."))
     else:
       keys.append(path)
@@ -258,9 +259,11 @@ def validate_config(config):
       "optimizer.warmup_steps": NON_NEGATIVE_INT,
       "optimizer.decay_rate": number(0, 1, low_open=True),
       "optimizer.staircase": BOOL,
-      "optimizer.boundaries": Check(
-          lambda v: sequence_of(POSITIVE_INT, "").ok(v) and list(v) == sorted(set(v)),
-          "increasing positive step numbers, e.g. (3000, 6000)"),
+      "optimizer.boundaries": Check(  # the piecewise schedule's values are one more, from decay_rate
+          lambda v: sequence_of(POSITIVE_INT, "").ok(v) and list(v) == sorted(set(v))
+          and (len(v) > 0 or config.optimizer.schedule != "piecewise"),
+          "increasing positive step numbers, e.g. (3000, 6000); optimizer.schedule='piecewise' needs "
+          "one or more"),
       "optimizer.final_fraction": FRACTION,
       "optimizer.power": POSITIVE,
       "optimizer.adam.beta_1": FRACTION,
@@ -306,6 +309,35 @@ def apply_saved(config, saved, prefix=""):
         except (TypeError, ValueError):
           left_out.append(prefix + key)
   return left_out
+
+
+def read_saved_config(path, config, fix):
+  """The dict of a run's config.json for `config`'s trainer; an empty, cut short or unparsable file,
+  or another trainer's config, is a DataError naming it and ending with `fix` (what to do)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+  except (OSError, UnicodeDecodeError) as e:
+    raise DataError(f"{path} cannot be read ({getattr(e, 'strerror', None) or e}); {fix}") from None
+  if not text.strip():
+    raise DataError(f"{path} is empty; {fix}")
+  try:
+    saved = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise DataError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}): cut short or edited; "
+                    f"{fix}") from None
+  if not isinstance(saved, dict) or not saved:
+    raise DataError(f"{path} holds no config (a JSON {type(saved).__name__} without keys); {fix}")
+  # The keys every trainer shares say nothing of whose config it is; a trainer's own sections do.
+  # A newer or older version of the same trainer differs in a few keys, another trainer in most.
+  shared, known = set(flatten_keys(base_config())), set(flatten_keys(config))
+  own = [key for key in flatten_keys(saved) if key not in shared]
+  foreign = [key for key in own if key not in known]
+  if len(foreign) * 2 > len(own):
+    raise DataError(f"{path} is another trainer's config ({len(foreign)} of its {len(own)} trainer keys, "
+                    f"e.g. {foreign[0]}, are not this one's); give the --workdir of a run of this trainer, "
+                    "or pass --config=<file>")
+  return saved
 
 
 def resolved(config):

@@ -28,6 +28,10 @@ class CheckpointError(UserError):
   """A checkpoint is missing, of another network, or does not match the model."""
 
 
+class CheckpointVanished(CheckpointError):
+  """A checkpoint's file was deleted while it was read: a training run rotated it away."""
+
+
 class WorkdirError(UserError):
   """The workdir cannot be used: a file, read-only, full, or locked by another run."""
 

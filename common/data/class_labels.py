@@ -28,6 +28,8 @@ def read_labels_file(path, duplicates="error"):
     if not sep or not class_id.strip().isdigit() or not name.strip():
       raise DataError(f"{path}:{line_number}: expected '<id>:<name>', got {line.strip()!r}")
     entries.append((int(class_id), name, line_number))
+  if not entries:
+    raise DataError(f"{path}: no '<id>:<name>' lines (the file is empty)")
   kept = text_inputs.first_entries(entries, path, "class id", duplicates, value_name="name")
   text_inputs.first_entries([(name, class_id, n) for class_id, name, n in kept], path, "class name",
                             duplicates, value_name="id")
@@ -144,6 +146,24 @@ def class_balance_csv(counts, class_names, min_count):
   for class_id, (name, count) in enumerate(zip(class_names, counts)):
     writer.writerow([class_id, name, int(count), int(count < min_count)])
   return text.getvalue()
+
+
+def read_class_balance(path):
+  """The training images per class of a class_balance.csv (class_balance_csv's), in class id order; a
+  file without rows, cut short or edited is a DataError naming it (and the line)."""
+  rows = text_inputs.read_csv_rows(path, "class balance file")
+  header = ["id", "name", "train_images", "under_min_count"]
+  if not rows or rows[0][1] != header:
+    raise DataError(f"{path}: the first line is not the header {','.join(header)}")
+  counts = []
+  for line_number, row in rows[1:]:
+    if len(row) != len(header) or row[0] != str(len(counts)) or not row[2].isdigit():
+      raise DataError(f"{path}:{line_number}: expected '{len(counts)},<name>,<images>,<0 or 1>', got "
+                      f"{','.join(row)!r}")
+    counts.append(int(row[2]))
+  if not counts:
+    raise DataError(f"{path}: a header and no classes")
+  return np.array(counts, np.int64)
 
 
 def read_class_names(path, num_classes):

@@ -4,6 +4,7 @@ The LossScaleOptimizer is the loop's non-finite guard in both precisions (float3
 scale 1, where scaling is exact): a step whose gradients are not finite changes no weight.
 Each phase has its own optimizer, so a schedule counts the steps of its phase from 0.
 """
+from absl import logging
 import keras
 import tensorflow as tf
 
@@ -14,9 +15,11 @@ from common.contract.task import Phase
 NO_WEIGHT_DECAY = ["bias", "beta", "gamma"]
 
 
-def make_optimizer(opt_cfg, mixed_precision, num_steps, learning_rate=None):
+def make_optimizer(opt_cfg, mixed_precision, num_steps, learning_rate=None, phase="train"):
   """The phase's optimizer; num_steps is the phase's length (cosine and polynomial decay over it),
-  learning_rate overrides opt_cfg.learning_rate (a second fine-tuning phase, say)."""
+  learning_rate overrides opt_cfg.learning_rate (a second fine-tuning phase, say), phase names the
+  phase in the warnings of a schedule that outlasts it."""
+  warn_if_longer_than_phase(opt_cfg, num_steps, phase)
   schedule = make_schedule(opt_cfg, num_steps,
                            learning_rate if learning_rate is not None else opt_cfg.learning_rate)
   # Clipping is the train step's (train_step.make_train_step), not the optimizer's.
@@ -57,6 +60,27 @@ def make_schedule(opt_cfg, num_steps, learning_rate):
   return WarmUp(decay, opt_cfg.warmup_steps) if opt_cfg.warmup_steps else decay
 
 
+def warn_if_longer_than_phase(opt_cfg, num_steps, phase):
+  """Logs what the rate does when the warm-up or a piecewise boundary reaches past the phase's last
+  step: the schedule counts each phase's steps from 0, so that part of it never happens."""
+  if num_steps < 1:  # a phase that does not run
+    return
+  warmup = opt_cfg.warmup_steps
+  if warmup > num_steps:
+    logging.warning("optimizer.warmup_steps=%d is longer than the phase '%s' (%d steps): the rate rises "
+                    "to %.0f%% of its peak and never reaches it", warmup, phase, num_steps,
+                    100 * num_steps / warmup)
+  if opt_cfg.schedule == "piecewise":
+    # A boundary b lowers the rate from step b + 1 on; the phase's last step is num_steps - 1.
+    late = [b for b in opt_cfg.boundaries if b >= num_steps - 1]
+    if late:
+      applied = len(opt_cfg.boundaries) - len(late)
+      logging.warning("optimizer.boundaries %s are at or past the last step of the phase '%s' (%d steps) "
+                      "and never apply: the rate ends at %.3g%% of its peak, not %.3g%%",
+                      ", ".join(map(str, late)), phase, num_steps, 100 * opt_cfg.decay_rate**applied,
+                      100 * opt_cfg.decay_rate**len(opt_cfg.boundaries))
+
+
 class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
   """The schedule's value times (step + 1) / warmup_steps over the first warmup_steps steps: the
   first update is already a small one, and the schedule's own curve is reached without a jump."""
@@ -67,7 +91,6 @@ class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
   def __call__(self, step):
     ramp = tf.minimum(1.0, (tf.cast(step, tf.float32) + 1.0) / float(self.warmup_steps))
     return self.schedule(step) * ramp
-
 
 
 def single_phase(num_steps, optimizer_config, mixed_precision):

@@ -1,14 +1,18 @@
 """Checkpoints of a run: where they live, restoring with one-line errors, the input fingerprint,
 and the best evaluation's weights. TensorFlow's CheckpointManager does every save, prune and
-"newest" lookup; nothing here lists, stages or renames checkpoint files by hand."""
+"newest" lookup; nothing here stages or renames checkpoint files by hand (a failed read looks for
+the files it needed, to say which one is gone)."""
+import contextlib
 import json
 import os
+import re
 
 from absl import logging
 import tensorflow as tf
 
 from common.contract import config as config_lib
 from common.contract.errors import CheckpointError
+from common.contract.errors import CheckpointVanished
 from common.contract.errors import ConfigError
 from common.contract.errors import first_line
 from common.runtime import workdir as workdir_lib
@@ -24,32 +28,111 @@ def best_dir(workdir):
 
 
 def restore(checkpoint, path, partial):
-  """Restores, turning a mismatch (another model or config) into one CheckpointError line."""
-  try:
+  """Restores checkpoint `path`; what goes wrong is one CheckpointError line (_reading)."""
+  with _reading(path):
     status = checkpoint.restore(path)
     if partial:
       status.expect_partial()
     status.assert_existing_objects_matched()
-  except (AssertionError, ValueError, tf.errors.OpError) as e:
+
+
+@contextlib.contextmanager
+def _reading(path):
+  """Turns an error of reading checkpoint `path` into one CheckpointError line: a file that vanished
+  (CheckpointVanished), a corrupt file, else a checkpoint of another model or config."""
+  try:
+    yield
+  except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:
+    gone = _missing_file(path)
+    if gone:
+      raise CheckpointVanished(f"{gone} vanished while it was read (the run rotated it away); run the "
+                               "command again") from None
+    damage = _damage(e)
+    if damage:
+      raise CheckpointError(f"{_damaged_file(path, e)} is corrupt ({damage}); copy the checkpoint back "
+                            "from a backup, or use the run's export (saved_model/)") from None
     raise CheckpointError(
         f"checkpoint {path} does not match this model and config ({first_line(e)}); "
         "use another --workdir, or the config the checkpoint was trained with") from None
 
 
+def _missing_file(path):
+  """The first file of checkpoint `path` that is not there (its index, then its data shards), or None."""
+  if not tf.io.gfile.exists(path + ".index"):
+    return path + ".index"
+  shards = {os.path.basename(shard) for shard in tf.io.gfile.glob(path + ".data-*-of-*")}
+  count = int(min(shards).rsplit("-of-", 1)[1]) if shards else 1
+  expected = [f"{os.path.basename(path)}.data-{i:05d}-of-{count:05d}" for i in range(count)]
+  missing = [name for name in expected if name not in shards]
+  return os.path.join(os.path.dirname(path), missing[0]) if missing else None
+
+
+def _damage(error):
+  """What TensorFlow's error says is wrong with a file's bytes, or None (the error is not about them).
+  The reader raises IndexError for a file cut short, and mostly plain OpErrors for checksums."""
+  message = str(error).lower()
+  if "checksum" in message:
+    return "checksum does not match"
+  if isinstance(error, IndexError) or "less bytes" in message:
+    return "cut short"
+  if isinstance(error, tf.errors.DataLossError) or "corrupt" in message or "sstable" in message:
+    return "not a checkpoint file TensorFlow can read"
+  return None
+
+
+def _damaged_file(path, error):
+  """The file of checkpoint `path` that TensorFlow's error names (a data shard or the index), else the
+  checkpoint's prefix."""
+  message = str(error)
+  shard = re.search(r"shard (\d+)", message)
+  if shard:
+    found = tf.io.gfile.glob(f"{path}.data-{int(shard.group(1)):05d}-of-*")
+    if found:
+      return found[0]
+  return path + ".index" if path + ".index" in message else f"checkpoint {path}"
+
+
+def newest(directory, skip=None):
+  """The newest checkpoint in directory (CheckpointManager's list) whose index is there, other than
+  `skip`; None when there is none."""
+  state = tf.train.get_checkpoint_state(directory)
+  for path in reversed(state.all_model_checkpoint_paths if state else []):
+    if path != skip and tf.io.gfile.exists(path + ".index"):
+      return path
+  return None
+
+
+def restore_newest(checkpoint, directory):
+  """Restores the newest checkpoint in directory (an evaluation's or prediction's weights) and returns
+  its path. A run that is training rotates old checkpoints away: one that vanishes while it is read
+  is retried once, on the newest one left."""
+  path = newest(directory)
+  if path is None:
+    raise CheckpointError(f"no checkpoint in {directory}")
+  try:
+    restore(checkpoint, path, partial=True)
+  except CheckpointVanished:
+    retry = newest(directory, skip=path)
+    if retry is None:
+      raise
+    logging.warning("checkpoint %s vanished while it was read (the run rotated it away); reading %s, "
+                    "the newest one left, instead", path, retry)
+    restore(checkpoint, retry, partial=True)
+    path = retry
+  return path
+
+
 def restore_model(model, workdir):
   """Loads the model's weights from the newest checkpoint in workdir (for evaluation); returns its path."""
-  latest = tf.train.latest_checkpoint(checkpoint_dir(workdir))
-  if latest is None:
-    raise CheckpointError(f"no checkpoint in {checkpoint_dir(workdir)}")
-  restore(tf.train.Checkpoint(model=model), latest, partial=True)
-  return latest
+  return restore_newest(tf.train.Checkpoint(model=model), checkpoint_dir(workdir))
 
 
 def read_json_variable(path, name):
   """The JSON text of the string variable `name` of checkpoint `path`, decoded; None when the
   checkpoint has no such variable. TensorFlow's reader matches it by name."""
   variable = tf.Variable("", trainable=False)
-  tf.train.Checkpoint(**{name: variable}).read(path).expect_partial()
+  with _reading(path):
+    tf.train.Checkpoint(**{name: variable}).read(path).expect_partial()
   text = variable.numpy().decode()
   return json.loads(text) if text else None
 

@@ -1,0 +1,224 @@
+"""The files of a run that evaluate and predict read back (config.json, Inception's labels.txt and
+class_balance.csv, the checkpoints): a broken one is one line naming it, and a checkpoint rotated
+away while it is read is retried on the next newest. In one interpreter, on runs the tests write
+(config.json and the trainer's model in CheckpointManager checkpoints), without training."""
+import glob
+import os
+import sys
+import types
+
+from absl import logging
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+
+from common.app import cli
+from common.app import commands
+from common.contract import config as config_lib
+from common.data import class_labels
+from common.training import checkpoints
+import helpers
+from inception_finetune import task as inception_task
+from segmentation import predict as predict_lib
+from segmentation import task as segmentation_task
+from triplet import evaluate as triplet_evaluate
+from triplet import task as triplet_task
+
+MAKE_TASK = {"segmentation": segmentation_task.make_task, "triplet": triplet_evaluate.make_task,
+             "inception_v4": inception_task.make_task}
+# The trainers whose models are small enough to checkpoint here (Inception's run is
+# tests/test_inception_train.py's).
+BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(config, config.data.num_classes),
+               "triplet": lambda config: triplet_task.build_model(config, 0)}
+ANOTHER_TRAINER = {"segmentation": "triplet", "triplet": "inception_v4", "inception_v4": "segmentation"}
+
+
+@pytest.fixture(autouse=True)
+def command_line(monkeypatch):
+  """The command line of `evaluate --workdir=W` (run_config reads --config arguments from it)."""
+  monkeypatch.setattr(sys, "argv", ["evaluate"])
+
+
+def config_flag(trainer):
+  """What cli.define_flags gives a command: the config file's smoke preset."""
+  return types.SimpleNamespace(value=helpers.make_config(trainer, "smoke"))
+
+
+def evaluate(trainer, workdir):
+  return commands.evaluate_run(config_flag(trainer), str(workdir), MAKE_TASK[trainer])
+
+
+def predict(workdir, tmp_path):
+  """segmentation.predict --workdir=W photo.png, as its main runs it."""
+  image = tmp_path / "photo.png"
+  Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save(image)
+  config = cli.run_config(config_flag("segmentation"), str(workdir))
+  return predict_lib.predict_files([str(image)], str(tmp_path / "masks"), config, workdir=str(workdir))
+
+
+def commands_reading(trainer, workdir, tmp_path):
+  """{command: run it} of the trainer's commands that read a run: evaluate, and segmentation's predict."""
+  found = {"evaluate": lambda: evaluate(trainer, workdir)}
+  if trainer == "segmentation":
+    found["predict"] = lambda: predict(workdir, tmp_path)
+  return found
+
+
+def error_line(capsys, function, *args):
+  """The one `error:` line (the last of stderr) of function(*args) behind the commands' guard, exit 2."""
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_guarded(function, *args)
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert exit_info.value.code == 2, lines
+  assert [line for line in lines if line.startswith("error: ")] == lines[-1:], lines
+  return lines[-1]
+
+
+def write_run(trainer, workdir, steps=(10, 20)):
+  """config.json and a checkpoint of the trainer's model at each step, as a run leaves them; returns
+  the checkpoints' paths, oldest first."""
+  config = helpers.make_config(trainer, "smoke")
+  config_lib.write_config(config, str(workdir))
+  manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=BUILD_MODEL[trainer](config)),
+                                       checkpoints.checkpoint_dir(str(workdir)), max_to_keep=3)
+  return [manager.save(checkpoint_number=step) for step in steps]
+
+
+def corrupt(path):
+  """Flips a byte in every 512 of a checkpoint's data file (so that every tensor the model restores,
+  and the object graph, is hit); returns the file."""
+  data = glob.glob(path + ".data-*")[0]
+  contents = bytearray(open(data, "rb").read())
+  for i in range(0, len(contents), 512):
+    contents[i] ^= 0xFF
+  with open(data, "wb") as f:
+    f.write(contents)
+  return data
+
+
+def config_json_cases(trainer):
+  """{case: (write(path) the broken config.json, what the line says)}."""
+  def cut_short(path):
+    config_lib.write_config(helpers.make_config(trainer, "smoke"), os.path.dirname(path))
+    text = open(path).read()
+    open(path, "w").write(text[:len(text) * 6 // 10])
+
+  def another_trainer(path):
+    config_lib.write_config(helpers.make_config(ANOTHER_TRAINER[trainer], "smoke"), os.path.dirname(path))
+
+  return {
+      "missing": (lambda path: None, "config.json does not exist: give the --workdir of a training run"),
+      "empty": (lambda path: open(path, "w").close(), "config.json is empty; copy the run's config back from"),
+      "cut short": (cut_short, "config.json is not valid JSON ("),
+      "a list": (lambda path: open(path, "w").write("[1, 2]\n"), "config.json holds no config (a JSON list"),
+      "another trainer's": (another_trainer, "config.json is another trainer's config ("),
+  }
+
+
+@pytest.mark.parametrize("trainer", sorted(MAKE_TASK))
+def test_a_broken_or_missing_config_json_is_one_line_for_evaluate_and_predict(trainer, tmp_path, capsys):
+  for case, (write, said) in config_json_cases(trainer).items():
+    workdir = tmp_path / case.replace(" ", "_").replace("'", "")
+    workdir.mkdir()
+    write(str(workdir / "config.json"))
+    for command, run in commands_reading(trainer, workdir, tmp_path).items():
+      line = error_line(capsys, run)
+      assert line.startswith(f"error: {workdir / 'config.json'}") and said in line, (case, command, line)
+
+
+def test_with_config_on_the_command_line_a_broken_config_json_is_a_warning(tmp_path, monkeypatch, caplog):
+  (tmp_path / "config.json").write_text('{"seed": ')
+  monkeypatch.setattr(sys, "argv", ["evaluate", "--config=configs/segmentation.py:smoke"])
+  flag = config_flag("segmentation")
+  with caplog.at_level(logging.WARNING):
+    assert cli.run_config(flag, str(tmp_path)) is flag.value
+  assert f"{tmp_path / 'config.json'} is not valid JSON" in caplog.text
+  assert "(not compared with --config)" in caplog.text
+
+
+INCEPTION_CLASSES = [f"class_{i}" for i in range(10)]  # the smoke preset's synthetic classes
+BALANCE_HEADER = "id,name,train_images,under_min_count\n"
+INCEPTION_FILES = {  # case: ({run file: contents}, the file named, what the line says)
+    "class_balance.csv with a header only": (
+        {"class_balance.csv": BALANCE_HEADER}, "class_balance.csv", "a header and no classes"),
+    "class_balance.csv cut short": (
+        {"class_balance.csv": BALANCE_HEADER + "0,class_0,20,0\n1,cla"}, "class_balance.csv:3",
+        "expected '1,<name>,<images>,<0 or 1>', got '1,cla'"),
+    "class_balance.csv empty": ({"class_balance.csv": ""}, "class_balance.csv", "is not the header"),
+    "empty labels.txt": ({"labels.txt": ""}, "labels.txt", "no '<id>:<name>' lines"),
+    "labels.txt cut short": ({"labels.txt": "0:class_0\n1"}, "labels.txt:2", "expected '<id>:<name>'"),
+    "class_balance.csv of fewer classes than labels.txt": (
+        {"labels.txt": class_labels.labels_file_text(INCEPTION_CLASSES),
+         "class_balance.csv": class_labels.class_balance_csv([20, 20], INCEPTION_CLASSES[:2], 5)},
+        "class_balance.csv", "2 classes, but"),
+}
+
+
+def test_inception_run_files_are_one_line_for_evaluate(tmp_path, capsys):
+  for case, (files, named, said) in INCEPTION_FILES.items():
+    workdir = tmp_path / case.replace(" ", "_")
+    config_lib.write_config(helpers.make_config("inception_v4", "smoke"), str(workdir))
+    for name, text in files.items():
+      (workdir / name).write_text(text)
+    line = error_line(capsys, evaluate, "inception_v4", workdir)
+    assert line.startswith(f"error: {workdir / named}") and said in line, (case, line)
+    assert line.endswith("; run the training command of this workdir again, which writes it anew"), (case, line)
+    assert not (workdir / "data").exists(), case  # refused before the evaluation images are written
+
+
+@pytest.mark.parametrize("trainer", sorted(BUILD_MODEL))
+def test_a_corrupt_checkpoint_is_one_line_naming_its_file_not_a_mismatch(trainer, tmp_path, capsys):
+  workdir = tmp_path / "run"
+  _, newest = write_run(trainer, workdir)
+  data = corrupt(newest)
+  for command, run in commands_reading(trainer, workdir, tmp_path).items():
+    line = error_line(capsys, run)
+    assert line == (f"error: {data} is corrupt (checksum does not match); copy the checkpoint back from a "
+                    "backup, or use the run's export (saved_model/)"), (command, line)
+  # A checkpoint of another model is still said to be one.
+  other = tmp_path / "other"
+  write_run(trainer, other)
+  config = helpers.make_config(trainer, "smoke", **{"model.widths": (4, 4, 4) if trainer == "segmentation"
+                                                     else (4, 8, 8)})
+  config_lib.write_config(config, str(other))
+  line = error_line(capsys, evaluate, trainer, other)
+  assert "does not match this model and config" in line, line
+
+
+def rotate_away_when_read(monkeypatch, doomed):
+  """checkpoints.restore deletes the files of the checkpoints in `doomed` just before reading them, as
+  a training run's rotation does between a command's pick and its load."""
+  restore = checkpoints.restore
+
+  def rotated(checkpoint, path, partial):
+    if path in doomed:
+      for name in glob.glob(path + ".*"):
+        os.remove(name)
+    return restore(checkpoint, path, partial)
+
+  monkeypatch.setattr(checkpoints, "restore", rotated)
+
+
+def test_a_checkpoint_rotated_away_while_read_is_retried_on_the_next_newest(tmp_path, monkeypatch, caplog, capsys):
+  for command in ("evaluate", "predict"):
+    workdir = tmp_path / command
+    older, newest = write_run("segmentation", workdir)
+    rotate_away_when_read(monkeypatch, {newest})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+      if command == "evaluate":
+        evaluation, _, _ = evaluate("segmentation", workdir)
+        assert 0 <= evaluation.metrics["miou"] <= 1
+      else:
+        assert predict(workdir, tmp_path) == [str(tmp_path / "masks" / "photo_mask.png")]
+    assert (f"checkpoint {newest} vanished while it was read (the run rotated it away); reading {older}, "
+            "the newest one left, instead") in caplog.text, command
+  # Once only: when the next newest vanishes too, one line names it.
+  workdir = tmp_path / "both"
+  older, newest = write_run("segmentation", workdir)
+  rotate_away_when_read(monkeypatch, {older, newest})
+  line = error_line(capsys, evaluate, "segmentation", workdir)
+  assert line == (f"error: {older}.index vanished while it was read (the run rotated it away); run the "
+                  "command again"), line
