@@ -76,11 +76,12 @@ def _cell_points(figure, axes, count):
 
 
 def _fitting_font(figure, cell, texts):
-  """The font size (points, at most _FONT) at which the widest of the texts fills 85% of a cell."""
+  """The font size (points, at most _FONT) at which the widest of the texts fills 85% of a cell's
+  width, and a line of it three quarters of its height."""
   probe = figure.text(0, 0, max(texts, key=len), fontsize=_FONT)
   widest = probe.get_window_extent(figure.canvas.get_renderer()).width * 72 / figure.dpi
   probe.remove()
-  return min(_FONT, _FONT * 0.85 * cell / widest)
+  return min(_FONT, 0.75 * cell, _FONT * 0.85 * cell / widest)
 
 
 def _set_ticks(axes, ticks, labels, font):
