@@ -257,7 +257,7 @@ def labelled(image, label, logits, class_names):
 def evaluation_summaries(sampler, confusion, class_names):
   """The evaluation's TensorBoard images: a few labelled examples and the confusion matrix."""
   images = {f"examples/{i}": labelled(*example, class_names) for i, example in enumerate(sampler.examples)}
-  images["confusion_matrix"] = plots.image(plots.confusion_matrix_figure(confusion, class_names))[None]
+  images["confusion_matrix"] = plots.confusion_matrix_image(confusion, class_names)
   return images
 
 

@@ -3,8 +3,6 @@ import csv
 import os
 
 import numpy as np
-from PIL import Image
-from PIL import ImageDraw
 import tensorflow as tf
 
 from common.training import plots
@@ -66,9 +64,9 @@ def evaluate(predict_fn, dataset, num_classes, ignore_label):
   return confusion
 
 
-def write_report(directory, confusion, class_names, examples):
+def write_report(directory, confusion, class_names, examples, ignore_label):
   """per_class_iou.csv, confusion_matrix.csv (rows: true class), confusion_matrix.png and
-  overlay_<i>.png (an evaluation image, its truth and the prediction blended in) of each
+  overlay_<i>.png (an evaluation image, its truth and the prediction: visualize.figure) of each
   (image, label, logits) example; returns the paths."""
   os.makedirs(directory, exist_ok=True)
   per_class = os.path.join(directory, "per_class_iou.csv")
@@ -82,14 +80,7 @@ def write_report(directory, confusion, class_names, examples):
   paths = [per_class, *plots.write_confusion_matrix(directory, confusion, class_names, "confusion matrix (pixels)")]
   for i, (pixels, label, logits) in enumerate(examples):
     path = os.path.join(directory, f"overlay_{i}.png")
-    truth = visualize.overlay_with_legend(pixels, label, class_names)  # ignored pixels: VOC's void colour
-    predicted = visualize.overlay_with_legend(pixels, np.argmax(logits, axis=-1), class_names)
-    side_by_side = Image.new("RGB", (truth.width + predicted.width + 8, max(truth.height, predicted.height) + 14),
-                             "white")
-    draw = ImageDraw.Draw(side_by_side)
-    for x, caption, part in ((0, "truth", truth), (truth.width + 8, "prediction", predicted)):
-      draw.text((x + 2, 1), caption, fill="black")
-      side_by_side.paste(part, (x, 14))
-    side_by_side.save(path)
+    visualize.figure(pixels, {"truth": label, "prediction": np.argmax(logits, axis=-1)}, class_names,
+                     ignore_label).save(path)
     paths.append(path)
   return paths

@@ -1,5 +1,5 @@
-"""Writes, per input image, its mask in Pascal VOC's colours, its raw class ids, and the image with
-the mask blended in above a legend of class names and colours.
+"""Writes, per input image, its mask in Pascal VOC's colours, its raw class ids, and the image beside
+its prediction (segmentation/visualize.py) above a legend of class names and colours.
 
 python -m segmentation.predict --workdir=runs/segmentation --output_dir=runs/masks a.jpg b.png
 python -m segmentation.predict --saved_model=runs/segmentation/saved_model --output_dir=runs/masks a.jpg
@@ -62,7 +62,7 @@ def load_workdir(workdir, config):
 
 def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, max_pixels=None):
   """Writes <name>_mask.png (VOC palette), <name>_classes.png (class ids as grey levels) and
-  <name>_overlay.png (the image, the mask blended in, a legend) per image; returns the mask paths.
+  <name>_overlay.png (the image beside its prediction, a legend) per image; returns the mask paths.
   The model: the SavedModel, else the workdir's weights with config (the run's); max_pixels: larger
   images are refused, default config.data.eval_max_pixels."""
   max_pixels = max_pixels or config.data.eval_max_pixels
@@ -86,7 +86,7 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
       mask = Image.fromarray(class_ids)
       mask.putpalette(visualize.voc_palette())
       mask.save(stem + "_mask.png")
-      visualize.overlay_with_legend(image, class_ids, names).save(stem + "_overlay.png")
+      visualize.figure(image, {"prediction": class_ids}, names).save(stem + "_overlay.png")
     written.append(stem + "_mask.png")
     logging.info("%s -> %s_mask.png, _classes.png, _overlay.png", path, stem)
   return written

@@ -69,25 +69,27 @@ def make_predict_fn(model):
   return tf.function(lambda images: model(images, training=False), reduce_retracing=True)
 
 
-def image_summaries(model, batch):
-  images, labels = batch
-  predictions = tf.argmax(model(images, training=False), axis=-1)
-  return {"patches/image": images,
-          "patches/label": visualize.colorize(labels.numpy()),
-          "patches/prediction": visualize.colorize(predictions.numpy())}
+def make_image_summaries(class_names, ignore_label):
+  """image_summaries(model, batch): each training patch beside its truth and prediction
+  (visualize.figure), over one legend of the batch's classes, so that the patches stack."""
+  def image_summaries(model, batch):
+    images, labels = batch
+    labels, predictions = labels.numpy(), tf.argmax(model(images, training=False), axis=-1).numpy()
+    legend = np.union1d(np.unique(labels), np.unique(predictions))
+    return {"patches": np.stack([
+        np.asarray(visualize.figure(image, {"truth": label, "prediction": predicted}, class_names,
+                                    ignore_label, legend))
+        for image, label, predicted in zip(images.numpy(), labels, predictions)])}
+  return image_summaries
 
 
-def side_by_side(image, label, logits):
-  """One evaluation image, its true classes and the predicted ones, side by side: [1, H, 3W+8, 3] uint8."""
-  gap = np.full([image.shape[0], 4, 3], 255, np.uint8)
-  return np.concatenate([image, gap, visualize.colorize(label), gap,
-                         visualize.colorize(np.argmax(logits, axis=-1))], axis=1)[None]
-
-
-def evaluation_summaries(examples, confusion, class_names):
-  """The evaluation's TensorBoard images: a few examples and the confusion matrix over all pixels."""
-  images = {f"examples/{i}": side_by_side(*example) for i, example in enumerate(examples)}
-  images["confusion_matrix"] = plots.image(plots.confusion_matrix_figure(confusion, class_names))[None]
+def evaluation_summaries(examples, confusion, class_names, ignore_label):
+  """The evaluation's TensorBoard images: a few examples (as the report's overlays) and the
+  confusion matrix over all pixels."""
+  images = {f"examples/{i}": np.asarray(visualize.figure(
+      image, {"truth": label, "prediction": np.argmax(logits, axis=-1)}, class_names, ignore_label))[None]
+      for i, (image, label, logits) in enumerate(examples)}
+  images["confusion_matrix"] = plots.confusion_matrix_image(confusion, class_names, "confusion matrix (pixels)")
   return images
 
 
@@ -155,8 +157,10 @@ def make_task(config, workdir, for_training=True):
     examples = sampler.examples
     return task_lib.Evaluation(
         metrics.metrics_from_confusion(confusion, data.class_names),
-        lambda directory: metrics.write_report(directory, confusion, class_names, examples[:REPORT_OVERLAYS]),
-        lambda: evaluation_summaries(examples[:config.summaries.max_outputs], confusion, class_names))
+        lambda directory: metrics.write_report(directory, confusion, class_names, examples[:REPORT_OVERLAYS],
+                                               cfg.ignore_label),
+        lambda: evaluation_summaries(examples[:config.summaries.max_outputs], confusion, class_names,
+                                     cfg.ignore_label))
 
   return task_lib.Task(
       name="segmentation",
@@ -171,7 +175,7 @@ def make_task(config, workdir, for_training=True):
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["logits"],
       export=lambda model, path: export_model(model, path, multiple, class_names),
       describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
-      image_summaries_fn=image_summaries,
+      image_summaries_fn=make_image_summaries(class_names, cfg.ignore_label),
       train_files=data.train_files,
       input_fingerprint=input_fingerprint(config, data) if for_training else {},
       data_report=data.data_report)

@@ -23,8 +23,10 @@ def test_confusion_matrix_colours_rows_writes_counts_and_has_a_colour_bar(tmp_pa
 def test_many_classes_get_ids_at_a_stride_and_no_counts():
   figure = plots.confusion_matrix_figure(np.eye(120, dtype=np.int64), [f"breed_{i}" for i in range(120)])
   grid = figure.axes[0]
-  assert [t.get_text() for t in grid.get_xticklabels()] == [str(i) for i in range(0, 120, 3)]
-  assert not grid.texts
+  labels = [t.get_text() for t in grid.get_xticklabels()]
+  stride = int(labels[1])  # 120 names do not fit: every stride-th id
+  assert stride > 1 and labels == [str(i) for i in range(0, 120, stride)]
+  assert not grid.texts  # nor do counts
   plots.save(figure, "/dev/null")
 
 

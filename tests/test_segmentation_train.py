@@ -98,8 +98,12 @@ def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(smok
   voc = visualize.voc_palette()
   for k in np.unique(class_ids):
     assert mask.getpalette()[3 * k:3 * k + 3] == voc[3 * k:3 * k + 3], k
-  overlay = Image.open(tmp_path / "out" / "photo_overlay.png")  # the photo, blended, above a legend
-  assert overlay.size[1] > 21 and np.array(overlay)[:21, :30].std() > 0
+  # The photo beside its prediction, enlarged, above a legend (tests/test_views.py): the shared figure.
+  overlay = np.array(Image.open(tmp_path / "out" / "photo_overlay.png"))
+  photo = np.array(Image.open(image_path))
+  np.testing.assert_array_equal(
+      overlay, np.array(visualize.figure(photo, {"prediction": class_ids}, synthetic.CLASS_NAMES)))
+  assert overlay.shape[1] >= 2 * visualize.MIN_SIDE
   # --workdir: the run's config and newest weights, the same classes as its export.
   predicted = run_cli(["-m", "segmentation.predict", f"--workdir={workdir}", f"--output_dir={tmp_path / 'w'}",
                        str(image_path)])

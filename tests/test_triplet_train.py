@@ -1,4 +1,5 @@
 """The triplet trainer end to end: smoke run, resume, softmax sanity mode, convergence, CLI errors."""
+import io
 import json
 import os
 import subprocess
@@ -30,6 +31,15 @@ def test_smoke_run_trains_evaluates_exports_and_resumes(tmp_path, capsys):
             f"raw pixels {initial['raw_pixels/' + name]:.4f})") in summary
   with Image.open(tmp_path / "eval" / "roc.png") as image:  # the final evaluation's report
     assert image.format == "PNG"
+  # TensorBoard: the ROC at the evaluation, and the hardest triplets of a training batch (at the
+  # evaluation too, as 10 steps are fewer than summaries.images_every).
+  shown = {(tag, step): value for tag, plugin, step, value in
+           helpers.read_events(tmp_path / "eval") + helpers.read_events(tmp_path / "train") if plugin == "images"}
+  assert {("roc", 10), ("hardest_triplets", 10)} <= set(shown)
+  pngs = shown[("hardest_triplets", 10)].tensor.string_val[2:]  # width, height, then the images
+  assert len(pngs) == config.summaries.max_outputs
+  with Image.open(io.BytesIO(pngs[0])) as image:  # three crops enlarged side by side, two caption lines
+    assert image.size[0] >= 3 * task_lib.TRIPLET_SIDE
   with open(tmp_path / "metrics.json") as f:
     saved = json.load(f)
   assert saved["eval"]["recall_at_1"] == results["eval"]["recall_at_1"]

@@ -165,6 +165,22 @@ def recall_at_k(embeddings, labels, ks=(1, 5)):
   return {k: hits[k] / len(queries) for k in ks}
 
 
+def hardest_triplets(embeddings, labels):
+  """Batch-hard mining in NumPy, for pictures of it: per anchor that has both, its farthest image of
+  the same label and its nearest of another. Returns (anchors, positives, negatives, positive
+  distances, negative distances), index arrays and Euclidean distances."""
+  embeddings, labels = np.asarray(embeddings, np.float64), np.asarray(labels)
+  squared = np.sum(embeddings * embeddings, axis=1)
+  distances = np.sqrt(np.maximum(squared[:, None] - 2 * embeddings @ embeddings.T + squared[None], 0))
+  same = labels[:, None] == labels[None]
+  positive = same & ~np.eye(len(labels), dtype=bool)
+  positives = np.where(positive, distances, -np.inf).argmax(axis=1)
+  negatives = np.where(same, np.inf, distances).argmin(axis=1)
+  anchors = np.flatnonzero(positive.any(axis=1) & ~same.all(axis=1))
+  return (anchors, positives[anchors], negatives[anchors], distances[anchors, positives[anchors]],
+          distances[anchors, negatives[anchors]])
+
+
 def roc_curve(distances, is_same):
   """(false accept rates, true accept rates) as the threshold sweeps over every distance, from (0, 0) to (1, 1)."""
   distances = np.asarray(distances, np.float64)

@@ -131,6 +131,33 @@ def softmax_loss_fn(model, batch, training):
                  "embedding_norm": embedding_norm(outputs)}
 
 
+TRIPLET_SIDE = 128  # each crop of a triplet image is enlarged (nearest neighbour) to at least this
+
+
+def triplet_images(model, batch):
+  """The training batch's hardest triplets as images: per identity, its first image (the anchor), its
+  farthest image of the same identity and its nearest image of another side by side, the
+  distances below (red where the negative is the nearer: that anchor would be matched wrongly)."""
+  images, labels = batch
+  embeddings = model(images, training=False)[model_lib.EMBEDDING]
+  anchors, positives, negatives, positive_distances, negative_distances = metrics.hardest_triplets(
+      embeddings.numpy(), labels.numpy())
+  _, first = np.unique(labels.numpy()[anchors], return_index=True)  # one anchor per identity
+  images = images.numpy()
+  low, high = images.min(axis=(1, 2, 3), keepdims=True), images.max(axis=(1, 2, 3), keepdims=True)
+  shown = summaries.to_uint8((images - low) / np.maximum(high - low, 1e-6))  # any normalization
+  gap = np.full([shown.shape[1], 2, 3], 255, np.uint8)
+  drawn = []
+  for k in sorted(first):
+    row = np.concatenate([shown[anchors[k]], gap, shown[positives[k]], gap, shown[negatives[k]]], axis=1)
+    wrong = negative_distances[k] < positive_distances[k]
+    drawn.append(summaries.captioned(summaries.upscaled(row, 3 * TRIPLET_SIDE), [
+        ("anchor | farthest same identity | nearest other", "black"),
+        (f"distance to same {positive_distances[k]:.3f}, to other {negative_distances[k]:.3f}"
+         + (": other nearer" if wrong else ""), "red" if wrong else "darkgreen")]))
+  return {"hardest_triplets": np.stack(drawn)} if drawn else {}
+
+
 def make_predict_fn(model):
   """A compiled pass from normalized crops to embeddings that does not retrace for a smaller last batch."""
   embedding_model = model_lib.embedding_part(model)
@@ -236,19 +263,22 @@ def make_task(config, workdir, for_training=True):
       return task_lib.Evaluation(results, embeddings=shown)
     results["roc_auc"] = metrics.area_under_curve(*roc)
 
-    def write_report(directory):
-      """roc.png: this evaluation's ROC beside the untrained network's and raw pixels' (the
-      baselines of the run, kept in <workdir>/initial_roc.json)."""
-      os.makedirs(directory, exist_ok=True)
+    def roc_figure():
+      """This evaluation's ROC beside the untrained network's and raw pixels' (the baselines of the
+      run, kept in <workdir>/initial_roc.json)."""
       curves = {"trained": roc}
       baselines = os.path.join(workdir, INITIAL_ROC)
       if os.path.isfile(baselines):
         with open(baselines) as f:
           curves.update((name, (c["far"], c["tar"])) for name, c in json.load(f).items())
-      return [plots.save(plots.roc_figure(curves, far_mark), os.path.join(directory, ROC_PNG))]
+      return plots.roc_figure(curves, far_mark)
 
-    return task_lib.Evaluation(results, write_report, curves={"far": roc[0].tolist(), "tar": roc[1].tolist()},
-                               embeddings=shown)
+    def write_report(directory):
+      os.makedirs(directory, exist_ok=True)
+      return [plots.save(roc_figure(), os.path.join(directory, ROC_PNG))]
+
+    return task_lib.Evaluation(results, write_report, lambda: {"roc": plots.image(roc_figure())[None]},
+                               curves={"far": roc[0].tolist(), "tar": roc[1].tolist()}, embeddings=shown)
 
   if not for_training:
     return task_lib.Task(name="triplet", train_dataset=None, eval_dataset=eval_dataset,
@@ -276,6 +306,7 @@ def make_task(config, workdir, for_training=True):
       describe=(f"{cfg.source} data, {cfg.identities_per_batch} identities x "
                 f"{cfg.images_per_identity} images, {cfg.crop_size}x{cfg.crop_size} crops, "
                 f"loss {config.loss.name}"),
+      image_summaries_fn=triplet_images,
       make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, cfg))
       if softmax else None,
       input_fingerprint=input_fingerprint(config, identities),

@@ -13,48 +13,91 @@ matplotlib.use("Agg")  # before pyplot: files only, no window (and no display ne
 from matplotlib import pyplot as plt  # noqa: E402 (after the backend is chosen)
 import numpy as np  # noqa: E402
 
-# Counts are written in the cells up to this many classes, names on the axes up to this many.
-MAX_ANNOTATED_CLASSES = 30
-MAX_NAMED_CLASSES = 40
+# TensorBoard shows an image at the width of its card (335 px at least, a few to a screen) unless
+# asked for its actual size: its images are drawn this wide, so their text reads as drawn.
+TENSORBOARD_WIDTH = 480
+_DPI = 100  # the reports' PNGs
+_MIN_FONT = 7  # points (about 10 px at _DPI): smaller text is left out, not written unreadable
+_FONT = 9  # the largest text in a cell or on a tick
 _LABEL_CHARS = 16  # longer names are cut
 
 
-def confusion_matrix_figure(confusion, class_names, title="confusion matrix"):
+def compact_count(count):
+  """A count in at most 4 characters: 999, 4.4k, 12k, 4.4M."""
+  for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+    value = count / size
+    if count >= 1000 and round(value, 1) >= 1:  # 999,960 is 1.0M, not 1000k
+      return f"{value:.1f}{unit}" if round(value, 1) < 10 else f"{round(value)}{unit}"
+  return str(count)
+
+
+def confusion_matrix_figure(confusion, class_names, title="confusion matrix", width=None):
   """Rows: true classes, columns: predicted; colour: the fraction of the row (its true class), so a
-  rare class reads as clearly as a common one; the counts are written in the cells (up to
-  MAX_ANNOTATED_CLASSES classes). Returns the matplotlib figure."""
+  rare class reads as clearly as a common one; the counts written in the cells where they fit (as
+  4.4M where 4,374,839 would not), the class names on the axes where they fit (else ids at a
+  stride). width: of the figure in inches, by default growing with the classes (the report's PNG);
+  TensorBoard's is TENSORBOARD_WIDTH pixels (confusion_matrix_image). Returns the figure."""
   confusion = np.asarray(confusion, np.int64)
   count = len(confusion)
   fractions = confusion / np.maximum(confusion.sum(axis=1, keepdims=True), 1)
-  side = min(4 + 0.35 * count, 16)
-  figure, axes = plt.subplots(figsize=(side + 1.5, side))
+  width = width or min(5.5 + 0.35 * count, 17.5)
+  figure, axes = plt.subplots(figsize=(width, 0.85 * width), dpi=_DPI)
   shown = axes.imshow(fractions, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
   figure.colorbar(shown, ax=axes, fraction=0.046, pad=0.04, label="fraction of the true class")
-  if count <= MAX_NAMED_CLASSES:
-    labels = [str(name)[:_LABEL_CHARS] for name in class_names]
-    ticks = range(count)
-  else:  # ids at a stride that stays readable
-    ticks = range(0, count, -(-count // MAX_NAMED_CLASSES))
-    labels = [str(i) for i in ticks]
-  axes.set_xticks(list(ticks), labels, rotation=90)
-  axes.set_yticks(list(ticks), labels)
   axes.set_xlabel("predicted class")
   axes.set_ylabel("true class")
   axes.set_title(title)
-  if count <= MAX_ANNOTATED_CLASSES:
-    for row in range(count):
-      for column in range(count):
-        axes.text(column, row, f"{confusion[row, column]:,}", ha="center", va="center", fontsize=8,
-                  color="white" if fractions[row, column] > 0.5 else "black")
+  # Laid out with the names first, then the cells measured: names that do not fit give way to ids.
+  names = [str(name)[:_LABEL_CHARS] for name in class_names]
+  _set_ticks(axes, range(count), names, _FONT)
   figure.tight_layout()
+  if 0.75 * _cell_points(figure, axes, count) < _MIN_FONT:
+    stride = int(-(-_MIN_FONT // (0.75 * _cell_points(figure, axes, count))))
+    _set_ticks(axes, range(0, count, stride), [str(i) for i in range(0, count, stride)], _MIN_FONT)
+  else:
+    _set_ticks(axes, range(count), names, min(_FONT, 0.75 * _cell_points(figure, axes, count)))
+  figure.tight_layout()
+  cell = _cell_points(figure, axes, count)
+  exact = [f"{c:,}" for c in confusion.ravel()]  # where they fit at full size; else 4.4M (the CSV has them)
+  texts = exact if _fitting_font(figure, cell, exact) >= _FONT else [
+      compact_count(int(c)) for c in confusion.ravel()]
+  font = _fitting_font(figure, cell, texts)
+  if font >= _MIN_FONT:
+    for k, text in enumerate(texts):
+      row, column = divmod(k, count)
+      axes.text(column, row, text, ha="center", va="center", fontsize=font,
+                color="white" if fractions[row, column] > 0.5 else "black")
   return figure
 
 
-def image(figure, max_pixels=300_000):
-  """The figure as a [H, W, 3] uint8 array (a TensorBoard image) of at most max_pixels (under the
-  default summaries.max_summary_bytes of 1 MiB), and frees it."""
-  width, height = figure.get_size_inches()
-  figure.set_dpi(min(100.0, (max_pixels / (width * height)) ** 0.5))
+def _cell_points(figure, axes, count):
+  """The side of a cell of the matrix, in points."""
+  return axes.get_window_extent().width * 72 / figure.dpi / count
+
+
+def _fitting_font(figure, cell, texts):
+  """The font size (points, at most _FONT) at which the widest of the texts fills 85% of a cell's
+  width, and a line of it three quarters of its height."""
+  probe = figure.text(0, 0, max(texts, key=len), fontsize=_FONT)
+  widest = probe.get_window_extent(figure.canvas.get_renderer()).width * 72 / figure.dpi
+  probe.remove()
+  return min(_FONT, 0.75 * cell, _FONT * 0.85 * cell / widest)
+
+
+def _set_ticks(axes, ticks, labels, font):
+  axes.set_xticks(list(ticks), labels, rotation=90, fontsize=font)
+  axes.set_yticks(list(ticks), labels, fontsize=font)
+
+
+def confusion_matrix_image(confusion, class_names, title="confusion matrix"):
+  """The confusion matrix as TensorBoard shows it: [1, H, W, 3] uint8, TENSORBOARD_WIDTH wide."""
+  return image(confusion_matrix_figure(confusion, class_names, title, TENSORBOARD_WIDTH / _DPI))[None]
+
+
+def image(figure, width=TENSORBOARD_WIDTH):
+  """The figure as a [H, W, 3] uint8 array (a TensorBoard image) `width` pixels wide, and frees it.
+  Drawn at the width TensorBoard shows it, so that it needs no "actual size" to be read."""
+  figure.set_dpi(width / figure.get_size_inches()[0])
   figure.canvas.draw()
   pixels = np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
   plt.close(figure)
@@ -63,7 +106,7 @@ def image(figure, max_pixels=300_000):
 
 def save(figure, path):
   """Writes the figure as a PNG and frees it (pyplot keeps every open figure otherwise)."""
-  figure.savefig(path, dpi=100)
+  figure.savefig(path, dpi=_DPI)
   plt.close(figure)
   return path
 
@@ -86,7 +129,7 @@ def roc_figure(curves, far_mark=None, title="ROC: verification pairs"):
   linear axis squeezes FAR < 1e-2 into its first pixels). curves: {label: (far, tar)}, the trained
   network's first; far_mark: a FAR to mark with a line and each curve's VAL there (the highest true
   accept rate at a false accept rate at most far_mark)."""
-  figure, axes = plt.subplots(figsize=(6.5, 5))
+  figure, axes = plt.subplots(figsize=(5.5, 4.5), dpi=_DPI)
   smallest = 1.0
   for label, (far, tar) in curves.items():
     far, tar = np.asarray(far, np.float64), np.asarray(tar, np.float64)
@@ -106,6 +149,6 @@ def roc_figure(curves, far_mark=None, title="ROC: verification pairs"):
   axes.set_ylabel("true accept rate (same pairs accepted)")
   axes.set_title(title)
   axes.grid(True, which="both", alpha=0.3)
-  axes.legend(loc="lower right", fontsize=8)
+  axes.legend(loc="lower right", fontsize=_FONT)
   figure.tight_layout()
   return figure
