@@ -17,6 +17,7 @@ from common.app import cli
 from common.app import commands
 from common.contract import config as config_lib
 from common.data import class_labels
+from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 import helpers
 from inception_finetune import task as inception_task
@@ -137,6 +138,17 @@ def test_with_config_on_the_command_line_a_broken_config_json_is_a_warning(tmp_p
   assert f"{tmp_path / 'config.json'} is not valid JSON" in caplog.text
   assert "(not compared with --config)" in caplog.text
 
+
+
+def test_a_training_rerun_over_a_broken_config_json_warns_and_rewrites_it_whole(tmp_path, caplog):
+  config = helpers.make_config("segmentation")
+  (tmp_path / "config.json").write_text('{"seed": ')
+  with caplog.at_level(logging.WARNING):
+    workdir_lib.write_run_config(config, str(tmp_path))
+  assert f"{tmp_path / 'config.json'} is not valid JSON" in caplog.text
+  assert "it is rewritten by this run" in caplog.text
+  assert config_lib.read_saved_config(str(tmp_path / "config.json"), config, "") == config_lib.resolved(config)
+  assert not list(tmp_path.glob("*.tmp"))
 
 INCEPTION_CLASSES = [f"class_{i}" for i in range(10)]  # the smoke preset's synthetic classes
 BALANCE_HEADER = "id,name,train_images,under_min_count\n"

@@ -361,7 +361,9 @@ def diff(old, new, show=repr, prefix=""):
 def write_config(config, workdir):
   """Writes the resolved config as JSON (machine-readable) and text (readable) into the workdir."""
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    json.dump(config.to_dict(), f, indent=2, sort_keys=True, default=str)
-  with open(os.path.join(workdir, "config.txt"), "w") as f:
-    f.write(str(config))
+  for name, text in (("config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)),
+                     ("config.txt", str(config))):
+    path = os.path.join(workdir, name)
+    with open(path + ".tmp", "w") as f:  # swapped in whole: a kill never leaves half a config
+      f.write(text)
+    os.replace(path + ".tmp", path)

@@ -21,6 +21,7 @@ import psutil
 
 from common.contract import config as config_lib
 from common.contract.errors import CheckpointError
+from common.contract.errors import DataError
 from common.contract.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
@@ -149,10 +150,14 @@ def write_run_config(config, workdir, files=None):
   current = config.to_dict()
   latest_path = os.path.join(workdir, "config.json")
   if os.path.isfile(latest_path):
-    with open(latest_path) as f:
-      changes = config_lib.diff(json.load(f), config_lib.resolved(config))
-    if changes:
-      logging.info("config changes since the last run: %s", "; ".join(changes))
+    try:
+      saved = config_lib.read_saved_config(latest_path, config, "it is rewritten by this run")
+    except DataError as e:  # nothing to compare: the checkpoints' own checks still hold
+      logging.warning("%s", e)
+    else:
+      changes = config_lib.diff(saved, config_lib.resolved(config))
+      if changes:
+        logging.info("config changes since the last run: %s", "; ".join(changes))
   history = os.path.join(workdir, CONFIG_HISTORY_DIR)
   stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
   with writing(workdir):
