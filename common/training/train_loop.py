@@ -121,7 +121,7 @@ def train(config, workdir, *, strategy, model, phases, task):
                                          task.input_fingerprint, config.train.keep_checkpoints)
     summaries = summaries_lib.RunSummaries(out, config.summaries, cluster.chief, model,
                                            task.image_summaries_fn)
-    record = run_state.RunRecord(out, checkpoint, cluster.batch_sizes, task.data_report, best, summaries)
+    record = run_state.RunRecord(cluster, checkpoint, task.data_report, best, summaries)
     checkpoint.restore(config.train.reset_input_pipeline)
     start_step = int(checkpoint.step)
     signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
