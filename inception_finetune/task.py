@@ -327,4 +327,5 @@ def make_task(config, workdir, for_training=True):
       input_fingerprint=input_fingerprint(config, data) if for_training else {},
       data_report=data.data_report,
       run_files=data.run_files,
-      calibrate=make_batch_norm_calibration(config, data.new_train))
+      calibrate=make_batch_norm_calibration(config, data.new_train),
+      headline_metrics=("top1", "top5"))

@@ -25,7 +25,8 @@ def train_and_export(config, workdir, *, strategy, model, phases, task, headline
   Every worker exports (a collective save); the chief's copy is kept, and the chief alone prints
   the figures (every worker has the same): the others say where the run's outputs are.
   """
-  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
+  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task,
+                             command_line=cli.command_line_choices())
   with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
     saved_model = task.export(model, path)
   if hardware.is_chief(strategy):

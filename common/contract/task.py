@@ -76,6 +76,8 @@ class Task:
       Inception V4 recomputes the BatchNorm statistics of layers trained from random weights.
     run_files: {file name: text} the loop writes into the workdir with config.json, once the run
       holds the lock and its checkpoint is checked (Inception's labels.txt and class_balance.csv).
+    headline_metrics: the evaluation metrics that runs are compared by, most telling first (those
+      of the closing line): the first metric columns of TensorBoard's HParams.
   """
   name: str
   train_dataset: tf.data.Dataset
@@ -95,6 +97,7 @@ class Task:
   data_report: dict = dataclasses.field(default_factory=dict)
   calibrate: Optional[Callable[[keras.Model], None]] = None
   run_files: dict = dataclasses.field(default_factory=dict)
+  headline_metrics: tuple = ()
 
 
 @dataclasses.dataclass
