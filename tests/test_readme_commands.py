@@ -151,6 +151,8 @@ ADAPTATIONS = {
         "the README leaves the paths to the user (`...`): a small VOC folder the test writes",
         replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
                  ("--output_prefix=...", "--output_prefix=tfrecords/train"))),
+    "tensorboard --logdir runs": Skip(ELSEWHERE.format(
+        "tests/test_tensorboard_contents.py", "the HParams it serves for a folder of runs")),
     "tensorboard --logdir runs/segmentation": Skip(ELSEWHERE.format(
         "tests/test_segmentation_train.py", "the loss series it serves")),
 }
