@@ -54,7 +54,7 @@ def run_evaluation(default_config, default_workdir, make_task,
     del argv
     workdir = workdir_flag.value
     config = cli.run_config(config_flag, workdir)
-    startup.prepare_run(config)
+    startup.prepare_run(config, work="evaluation")
     task = make_task(config, workdir, for_training=False)
     report_dir = report_dir_flag.value or os.path.join(workdir, "eval")
     evaluation = evaluation_lib.evaluate_saved(task, workdir, saved_model_flag.value, report_dir)
