@@ -194,7 +194,8 @@ def make_batch_norm_calibration(config, new_dataset):
 
 
 def make_phases(config, model, mixed_precision):
-  """Phase 1 trains trainable_scopes; phase 2 adds the last unfreeze_last_blocks base blocks.
+  """Phase 1 trains trainable_scopes ("head"; "all layers" when they are empty, as in the scratch
+  preset); phase 2 adds the last unfreeze_last_blocks base blocks ("unfrozen").
 
   Frozen layers' BatchNorm runs in inference mode, so their statistics stay those of the checkpoint.
   """
@@ -203,8 +204,10 @@ def make_phases(config, model, mixed_precision):
   head_steps = config.finetune.head_steps
   unfrozen_steps = config.train.num_steps - head_steps
   head = task_lib.Phase(
-      "head", head_steps, optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps),
-      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes))
+      "head" if head_scopes else "all layers", head_steps,
+      optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps),
+      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes),
+      checkpoint_name="head")  # the first phase's, whatever it trains
   unfrozen = task_lib.Phase(
       "unfrozen", unfrozen_steps,
       optimizers.make_optimizer(config.optimizer, mixed_precision, unfrozen_steps,

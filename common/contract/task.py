@@ -106,8 +106,11 @@ class Phase:
 
   prepare() sets `layer.trainable` for the phase (frozen BatchNorm layers then
   run in inference mode); the phase trains `model.trainable_variables` after it.
+  The name, what the phase trains, is in the logs; checkpoints name its optimizer
+  `optimizer_<checkpoint_name or name>`, so that a phase can be renamed and still resume.
   """
   name: str
   num_steps: int
   optimizer: keras.optimizers.Optimizer
   prepare: Optional[Callable[[], None]] = None
+  checkpoint_name: Optional[str] = None

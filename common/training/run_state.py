@@ -48,7 +48,7 @@ class RunCheckpoint:
     # Everything but the input position: what a restore with a fresh input pipeline reads.
     self._variables = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
                            input_fingerprint=self._saved_fingerprint,
-                           **{f"optimizer_{p.name}": p.optimizer for p in phases})
+                           **{f"optimizer_{p.checkpoint_name or p.name}": p.optimizer for p in phases})
     self._statistics_mean = cluster.make_statistics_mean(model)
     self._positions = distributed.InputPositions(self.iterator, self.directory, cluster, keep)
     self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)
