@@ -304,6 +304,33 @@ def test_tfjob_manifest_runs_a_trainer_of_this_repository():
   assert os.path.isfile(os.path.join(helpers.REPO_ROOT, config))
 
 
+def test_the_dockerfile_installs_the_requirements_and_the_repository_and_the_tfjob_names_its_tag():
+  root = helpers.REPO_ROOT
+  with open(os.path.join(root, "deploy", "Dockerfile")) as f:
+    dockerfile = f.read()
+  copied = {source.rstrip("/") for line in re.findall(r"^COPY (.+)$", dockerfile, re.M)
+            for source in line.split()[:-1]}
+  # requirements.txt installs the repository (-e .): pyproject.toml and every package it lists.
+  with open(os.path.join(root, "requirements.txt")) as f:
+    assert "-e ." in f.read()
+  with open(os.path.join(root, "pyproject.toml")) as f:
+    packages = json.loads(re.search(r"^packages = (\[.*\])$", f.read(), re.M).group(1))
+  needed = {"requirements.txt", "pyproject.toml"} | {package.split(".")[0] for package in packages}
+  assert needed <= copied and all(os.path.exists(os.path.join(root, path)) for path in copied)
+  install = dockerfile.index('RUN pip install --no-cache-dir "${TENSORFLOW}" -r requirements.txt')
+  assert all(dockerfile.index(f"COPY {path}") < install for path in ("requirements.txt", "common/"))
+  assert re.search(r"^ARG TENSORFLOW=tensorflow$", dockerfile, re.M)
+
+  # The README's build command tags the image the TFJob runs, from the Dockerfile's WORKDIR.
+  with open(os.path.join(root, "README.md")) as f:
+    build = re.search(r"^docker build -f deploy/Dockerfile (.*) -t (\S+) \.$", f.read(), re.M)
+  assert build and '--build-arg TENSORFLOW="tensorflow[and-cuda]"' in build.group(1)
+  with open(os.path.join(root, "deploy", "tfjob.yaml")) as f:
+    container, = yaml.safe_load(f)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+  assert container["image"] == build.group(2)
+  assert container["workingDir"] == re.search(r"^WORKDIR (\S+)$", dockerfile, re.M).group(1)
+
+
 def test_multi_worker_without_tf_config_is_one_line(monkeypatch):
   monkeypatch.delenv("TF_CONFIG", raising=False)
   with pytest.raises(ConfigError, match="distribution.strategy='multi_worker' needs TF_CONFIG"):
