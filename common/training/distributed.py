@@ -101,8 +101,9 @@ class Cluster:
     """mean(): sets the moving mean and variance of each BatchNorm layer of `model` to their mean
     over the replicas (nothing with one replica), so that every worker evaluates, checkpoints and
     exports the same model. Each replica updates them from its own part of the batch (unless
-    model.sync_batch_norm), and a moving average is linear: the mean of the replicas' averages is
-    the average of the batches' mean statistics."""
+    model.sync_batch_norm), and a moving average is linear: the mean of the replicas' moving means
+    is the moving average of the global batches' means (the variance: of the replicas' variances)."""
+    # _flatten_layers: Keras' walk through nested models and layers.
     variables = [v for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)
                  for v in (layer.moving_mean, layer.moving_variance)]
     if self.strategy.num_replicas_in_sync == 1 or not variables:
