@@ -194,7 +194,8 @@ def make_batch_norm_calibration(config, new_dataset):
 
 
 def make_phases(config, model, mixed_precision):
-  """Phase 1 trains trainable_scopes; phase 2 adds the last unfreeze_last_blocks base blocks.
+  """Phase 1 trains trainable_scopes ("head"; "all layers" when they are empty, as in the scratch
+  preset); phase 2 adds the last unfreeze_last_blocks base blocks ("unfrozen").
 
   Frozen layers' BatchNorm runs in inference mode, so their statistics stay those of the checkpoint.
   """
@@ -202,10 +203,12 @@ def make_phases(config, model, mixed_precision):
   last_scopes = unfrozen_scopes(config)
   head_steps = config.finetune.head_steps
   unfrozen_steps = config.train.num_steps - head_steps
+  first = "head" if head_scopes else "all layers"
   head = task_lib.Phase(
-      "head", head_steps,
-      optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps, phase="head"),
-      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes))
+      first, head_steps,
+      optimizers.make_optimizer(config.optimizer, mixed_precision, head_steps, phase=first),
+      prepare=lambda: slim_checkpoint.set_trainable_scopes(model, head_scopes),
+      checkpoint_name="head")  # the first phase's, whatever it trains
   unfrozen = task_lib.Phase(
       "unfrozen", unfrozen_steps,
       optimizers.make_optimizer(config.optimizer, mixed_precision, unfrozen_steps,
@@ -328,4 +331,5 @@ def make_task(config, workdir, for_training=True):
       input_fingerprint=input_fingerprint(config, data) if for_training else {},
       data_report=data.data_report,
       run_files=data.run_files,
-      calibrate=make_batch_norm_calibration(config, data.new_train))
+      calibrate=make_batch_norm_calibration(config, data.new_train),
+      headline_metrics=("top1", "top5"))

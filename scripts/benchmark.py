@@ -33,7 +33,12 @@ pytorch-metric-learning's miners and triplet loss, and a PIL-in-a-generator
 input pipeline. The PyTorch peers run in their own virtual environment
 (scripts/peers/setup_peer_venv.sh).
 """
-import argparse
+from common.runtime import process
+
+if __name__ == "__main__":
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
+
+import argparse  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import ast
 import copy
 import dataclasses
@@ -701,7 +706,7 @@ def run_estimates(args):
 
 def run_benchmark(args):
   """Measures everything args asks for; returns the results and prints the tables."""
-  report = hardware.configure_devices(args.memory_limit_mb, memory_growth=True)
+  report = hardware.configure_devices(args.memory_limit_mb, memory_growth=True, work="the benchmark")
   if args.estimate_only:
     return _write_json(run_estimates(args), args.json)
   strategy = hardware.make_strategy()

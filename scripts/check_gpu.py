@@ -12,10 +12,14 @@ Exit code: 0 when TensorFlow can use a GPU; 1 when it cannot (no GPU, no
 kernels for it, missing CUDA libraries, native Windows), so that a shell
 script can test for a usable GPU. The cause is printed either way.
 """
-import sys
+from common.runtime import process
 
+if __name__ == "__main__":
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
-from common.runtime import hardware  # pylint: disable=g-import-not-at-top
+import sys  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+from common.runtime import hardware
 
 TENSOR_CORES = (7, 0)  # float16 matmuls run faster than float32 from this capability on
 

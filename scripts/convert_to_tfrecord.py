@@ -15,11 +15,15 @@ image/height, image/width, image/channels, image/segmentation/class/encoded
 (a grayscale PNG of class ids; palette masks are converted) and
 image/segmentation/class/format.
 """
-import io
+from common.runtime import process
+
+if __name__ == "__main__":
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
+
+import io  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import os
 
-
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 from absl import logging
 import numpy as np

@@ -178,4 +178,5 @@ def make_task(config, workdir, for_training=True):
       image_summaries_fn=make_image_summaries(class_names, cfg.ignore_label),
       train_files=data.train_files,
       input_fingerprint=input_fingerprint(config, data) if for_training else {},
-      data_report=data.data_report)
+      data_report=data.data_report,
+      headline_metrics=("miou", "pixel_accuracy"))

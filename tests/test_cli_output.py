@@ -75,7 +75,22 @@ def test_run_output_starts_with_its_own_lines_and_its_log_is_kept(tmp_path):
   with open(os.path.join(workdir, "metrics.json")) as f:
     assert json.loads(evaluated.stdout)["miou"] == json.load(f)["eval"]["miou"]
   with open(os.path.join(workdir, "eval", "eval.log")) as f:
-    assert "config: the run's own" in f.read()
+    eval_log = f.read()
+  assert "config: the run's own" in eval_log
+  assert "training runs on" not in eval_log  # the device report says what the command does
+  if "GPU: none" in eval_log:
+    assert "GPU: none; evaluation runs on the CPU" in eval_log
+
+
+@pytest.mark.slow
+def test_scripts_that_import_tensorflow_start_as_quietly_as_the_trainers():
+  # TensorFlow's start-up lines: C++ ones (oneDNN, cuInit, CPU features) and absl's banner before them.
+  startup = re.compile(CPP_LINE.pattern + r"|absl::InitializeLog|To enable the following instructions")
+  for args in (["scripts/check_gpu.py"], ["scripts/benchmark.py", "--help"],
+               ["scripts/convert_to_tfrecord.py", "--help"], ["scripts/fetch_slim_checkpoint.py", "--help"]):
+    result = run_cli(args)
+    assert result.returncode in (0, 1), (args, result.stderr[-2000:])  # check_gpu: 1 without a usable GPU
+    assert not startup.search(result.stdout + result.stderr), (args, result.stderr[:2000])
 
 
 def test_the_installed_repository_imports_from_any_folder(tmp_path):

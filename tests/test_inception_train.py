@@ -238,3 +238,10 @@ def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_laye
                              rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(layer.moving_variance.numpy(), np.mean([v for _, v in moments], axis=0),
                              rtol=1e-4, atol=1e-5)
+
+
+def test_the_first_phase_is_named_by_what_it_trains_and_keeps_its_checkpoint_name():
+  for preset, first in (("smoke", "head"), ("scratch", "all layers")):
+    phases = task_lib.make_phases(helpers.make_config("inception_v4", preset), None, False)
+    assert [p.name for p in phases] == [first, "unfrozen"]
+    assert phases[0].checkpoint_name == "head"  # checkpoints of either resume

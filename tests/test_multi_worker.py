@@ -67,6 +67,21 @@ def launch(trainer_args, tmp, num_workers=2):
   return finish(start_launcher(trainer_args, tmp, num_workers))
 
 
+def check_one_result(output, workdir, figures):
+  """The run's figures (a line matching `figures`) and its outputs are printed once, by the chief;
+  worker 1 says it is not the chief; every worker logged the same evaluation; no collective ran
+  eagerly (TensorFlow warns about each one)."""
+  assert re.findall(rf"^\[worker (\d)\] {figures}", output, re.M) == ["0"], output[-3000:]
+  assert re.findall(r"^\[worker (\d)\] outputs in ", output, re.M) == ["0"], output[-3000:]
+  assert re.search(rf"^\[worker 1\] worker 1 of 2 is not the chief: the chief prints the run's figures "
+                   rf"and writes its outputs in {re.escape(str(workdir))}$", output, re.M), output[-3000:]
+  evaluations = re.findall(r"^\[worker (\d)\] .*\] eval at step (\d+) \([\d.]+ s\): (.*)$", output, re.M)
+  assert evaluations, output[-3000:]
+  for worker in ("0", "1"):
+    assert [e[1:] for e in evaluations if e[0] == worker] == [e[1:] for e in evaluations if e[0] == "0"]
+  assert "eagerly has significant overhead" not in output
+
+
 def digests(output):
   """{worker: (step, digest)} from the loop's log line about each worker's first batch."""
   found = re.findall(r"^\[worker (\d+)\] .*worker \d+ of \d+: its input at step (\d+) has digest (\w+)",
@@ -141,6 +156,7 @@ def test_two_workers_shard_the_input_write_once_and_match_one_process(tmp_path):
            "--config.train.best_metric=miou"]
   code, output = launch(["-c", AFTER_SAVES] + segmentation_args(workdir, 4, *steps)[1:], tmp_path / "tmp")
   assert code == 0, output[-3000:]
+  check_one_result(output, workdir, "validation mIoU ")
 
   # The non-chief's copy of each collective save is gone right after it, while the run goes on:
   # checkpoints of steps 2 and 4 (the end's save finds step 4 saved), the best weights of step 4.
@@ -226,17 +242,20 @@ def test_a_killed_worker_resumes_with_every_input_position(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [
-    # Mines across the two workers (loss.cross_replica_mining is on by default).
-    ["-m", "triplet.train", "--config=configs/triplet.py:smoke", "--config.train.num_steps=4"],
+@pytest.mark.parametrize("args,figures", [
+    # Mines across the two workers (loss.cross_replica_mining is on by default). BatchNorm is not
+    # synchronized: each worker's moving statistics are its own until a save averages them.
+    (["-m", "triplet.train", "--config=configs/triplet.py:smoke", "--config.train.num_steps=4"],
+     "recall_at_1 "),
     # One step of the head phase alone: one compiled step per worker.
-    ["-m", "inception_finetune.train", "--config=configs/inception_v4.py:smoke", "--config.train.num_steps=1",
-     "--config.finetune.head_steps=1", "--config.data.synthetic_images_per_class=6"],
+    (["-m", "inception_finetune.train", "--config=configs/inception_v4.py:smoke", "--config.train.num_steps=1",
+      "--config.finetune.head_steps=1", "--config.data.synthetic_images_per_class=6"], "eval top-1 "),
 ], ids=["triplet", "inception"])
-def test_other_trainers_run_on_two_workers(tmp_path, args):
+def test_other_trainers_run_on_two_workers(tmp_path, args, figures):
   workdir = tmp_path / "run"
   code, output = launch(args + [f"--workdir={workdir}"], tmp_path / "tmp")
   assert code == 0, output[-3000:]
+  check_one_result(output, workdir, figures)
   assert set(digests(output)) == {0, 1}
   assert os.path.isdir(workdir / "saved_model") and os.path.isfile(workdir / "metrics.json")
   assert os.listdir(tmp_path / "tmp") == []
@@ -283,6 +302,33 @@ def test_tfjob_manifest_runs_a_trainer_of_this_repository():
   assert command[:3] == ["python", "-m", "segmentation.train"]
   config = [a for a in command if a.startswith("--config=")][0].split("=", 1)[1]
   assert os.path.isfile(os.path.join(helpers.REPO_ROOT, config))
+
+
+def test_the_dockerfile_installs_the_requirements_and_the_repository_and_the_tfjob_names_its_tag():
+  root = helpers.REPO_ROOT
+  with open(os.path.join(root, "deploy", "Dockerfile")) as f:
+    dockerfile = f.read()
+  copied = {source.rstrip("/") for line in re.findall(r"^COPY (.+)$", dockerfile, re.M)
+            for source in line.split()[:-1]}
+  # requirements.txt installs the repository (-e .): pyproject.toml and every package it lists.
+  with open(os.path.join(root, "requirements.txt")) as f:
+    assert "-e ." in f.read()
+  with open(os.path.join(root, "pyproject.toml")) as f:
+    packages = json.loads(re.search(r"^packages = (\[.*\])$", f.read(), re.M).group(1))
+  needed = {"requirements.txt", "pyproject.toml"} | {package.split(".")[0] for package in packages}
+  assert needed <= copied and all(os.path.exists(os.path.join(root, path)) for path in copied)
+  install = dockerfile.index('RUN pip install --no-cache-dir "${TENSORFLOW}" -r requirements.txt')
+  assert all(dockerfile.index(f"COPY {path}") < install for path in ("requirements.txt", "common/"))
+  assert re.search(r"^ARG TENSORFLOW=tensorflow$", dockerfile, re.M)
+
+  # The README's build command tags the image the TFJob runs, from the Dockerfile's WORKDIR.
+  with open(os.path.join(root, "README.md")) as f:
+    build = re.search(r"^docker build -f deploy/Dockerfile (.*) -t (\S+) \.$", f.read(), re.M)
+  assert build and '--build-arg TENSORFLOW="tensorflow[and-cuda]"' in build.group(1)
+  with open(os.path.join(root, "deploy", "tfjob.yaml")) as f:
+    container, = yaml.safe_load(f)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+  assert container["image"] == build.group(2)
+  assert container["workingDir"] == re.search(r"^WORKDIR (\S+)$", dockerfile, re.M).group(1)
 
 
 def test_multi_worker_without_tf_config_is_one_line(monkeypatch):

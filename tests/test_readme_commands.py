@@ -84,6 +84,9 @@ ADAPTATIONS = {
     "TF_CONFIG=": Skip("one command per host (host0, host1) with shared storage; "
                        "scripts/launch_workers.py (run above) starts the same on one machine"),
     "kubectl apply": Skip("needs a Kubernetes cluster with Kubeflow's training operator"),
+    "docker build": Skip("needs a Docker daemon and the network; tests/test_multi_worker.py checks "
+                         "deploy/Dockerfile and that the TFJob names this tag"),
+    "docker push": Skip("needs a registry"),
     "python -m segmentation.train --config=configs/segmentation.py": Run(
         "the default preset trains 800 steps; the smoke preset runs the same code in seconds",
         preset="smoke"),
@@ -151,6 +154,8 @@ ADAPTATIONS = {
         "the README leaves the paths to the user (`...`): a small VOC folder the test writes",
         replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
                  ("--output_prefix=...", "--output_prefix=tfrecords/train"))),
+    "tensorboard --logdir runs": Skip(ELSEWHERE.format(
+        "tests/test_tensorboard_contents.py", "the HParams it serves for a folder of runs")),
     "tensorboard --logdir runs/segmentation": Skip(ELSEWHERE.format(
         "tests/test_segmentation_train.py", "the loss series it serves")),
 }

@@ -16,8 +16,7 @@ PREVIOUS_RUN = {  # what an earlier run on other classes left
     "labels.txt": "0:old_cat\n1:old_dog\n",
     "class_balance.csv": "id,name,train_images,under_min_count\r\n0,old_cat,9,0\r\n1,old_dog,9,0\r\n",
     "config.json": "{}\n",
-    "LOCK": "",
-}
+}  # and no LOCK: a run removes it when it ends
 
 
 def snapshot(root):
@@ -59,7 +58,7 @@ def test_a_refused_inception_rerun_leaves_the_workdir_byte_identical(refusal, na
   capsys.readouterr()
   with pytest.raises(SystemExit) as exit_info:
     if refusal == "locked":
-      with workdir_lib.locked(workdir):  # released and emptied at the end, as a finished run leaves it
+      with workdir_lib.locked(workdir):  # released and removed at the end, as a finished run leaves it
         cli.run_guarded(train.train_and_evaluate, config, workdir)
     else:
       cli.run_guarded(train.train_and_evaluate, config, workdir)

@@ -8,6 +8,10 @@ import sys
 import time
 import urllib.request
 
+from unittest import mock
+
+from absl import flags
+from ml_collections import config_flags
 import numpy as np
 from PIL import Image
 import pytest
@@ -32,13 +36,20 @@ def images_of(events, tag):
 
 @pytest.fixture(scope="module")
 def segmentation_run(tmp_path_factory):
-  """(runs folder, its one workdir, config, results) of a short segmentation run."""
+  """(runs folder, its one workdir, config, results) of a short segmentation run, its config from a
+  command line parsed as the trainer's is (the HParams show what it set)."""
   runs = tmp_path_factory.mktemp("runs")
   # Fewer steps than summaries.images_every: the training images still come, at the evaluation.
-  config = helpers.make_config("segmentation", "smoke", **{
-      "train.num_steps": 10, "summaries.images_every": 1000, "summaries.activation_stats": True})
-  results = train.train_and_evaluate(config, str(runs / "segmentation"))
-  return runs, runs / "segmentation", config, results
+  argv = ["segmentation.train", f"--config={helpers.REPO_ROOT}/configs/segmentation.py:smoke",
+          "--config.train.num_steps=10", "--config.summaries.images_every=1000",
+          "--config.summaries.activation_stats=True"]
+  command_line = flags.FlagValues()
+  config_flag = config_flags.DEFINE_config_file("config", flag_values=command_line, lock_config=True,
+                                                sys_argv=argv)
+  command_line(argv)
+  with mock.patch.object(flags, "FLAGS", command_line):
+    results = train.train_and_evaluate(config_flag.value, str(runs / "segmentation"))
+  return runs, runs / "segmentation", config_flag.value, results
 
 
 def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(segmentation_run):
@@ -69,12 +80,23 @@ def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(seg
              if plugin == "hparams"}
   session = hparams_metadata.parse_session_start_info_plugin_data(
       hparams[hparams_metadata.SESSION_START_INFO_TAG])
+  assert session.group_name == str(tmp_path)  # the trial: its workdir
+  # What a person varies, named as in the config, and what the command line set; no paths.
+  assert session.hparams["preset"].string_value == "smoke"
   assert session.hparams["train.num_steps"].number_value == 10
   assert session.hparams["model.widths"].string_value == "(8, 16, 32)"
-  assert session.hparams["data.source"].string_value == "synthetic"
+  assert session.hparams["optimizer.learning_rate"].number_value == config.optimizer.learning_rate
+  assert session.hparams["summaries.images_every"].number_value == 1000  # set on the command line
+  assert "data.cache_dir" not in session.hparams and "data.source" not in session.hparams
   experiment = hparams_metadata.parse_experiment_plugin_data(hparams[hparams_metadata.EXPERIMENT_TAG])
-  metrics = {(info.name.group, info.name.tag) for info in experiment.metric_infos}
-  assert ("eval", "miou") in metrics and ("eval", "pixel_accuracy") in metrics
+  columns = [info.name for info in experiment.hparam_infos]
+  assert columns[:3] == ["preset", "optimizer.name", "optimizer.learning_rate"]
+  assert columns[-2:] == ["summaries.images_every", "summaries.activation_stats"]
+  assert set(columns) <= set(summaries.HPARAM_KEYS) | {"preset", "train.num_steps", "summaries.images_every",
+                                                       "summaries.activation_stats"}
+  metrics = [(info.name.group, info.name.tag) for info in experiment.metric_infos]
+  assert metrics[:2] == [("eval", "miou"), ("eval", "pixel_accuracy")]  # the headline metrics first
+  assert ("eval", "iou/00_background") in metrics
   # The plugin shows a metric's last value in the group's run: the final evaluation's.
   miou = helpers.read_scalars(tmp_path / "eval", "miou")
   assert miou[max(miou)] == pytest.approx(results["eval"]["miou"], rel=1e-6)  # float32 summaries

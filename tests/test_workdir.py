@@ -297,6 +297,16 @@ def test_a_locked_workdir_names_the_other_run_and_a_dead_one_is_taken_over(tmp_p
   assert f"taking over the lock of pid {first.pid}" in third.stderr
 
 
+def test_a_run_that_ends_leaves_no_lock_file(tmp_path):
+  for _ in range(2):  # and the next run takes the workdir as the first did
+    with workdir_lib.locked(str(tmp_path)):
+      assert sorted(os.listdir(tmp_path)) == ["LOCK", "LOCK.owner"]
+      with pytest.raises(WorkdirError, match="is in use by another run"):
+        with workdir_lib.locked(str(tmp_path)):
+          pass
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_lock_held_from_another_host_is_refused_with_how_to_free_it(tmp_path):
   with workdir_lib.locked(str(tmp_path)):
     (tmp_path / "LOCK.owner").write_text("pid 7 on another-host")  # as a run on a shared folder writes it

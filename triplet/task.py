@@ -311,7 +311,8 @@ def make_task(config, workdir, for_training=True):
       if softmax else None,
       input_fingerprint=input_fingerprint(config, identities),
       data_report=dict(data_lib.data_report(identities, eval_data),
-                       **({metrics.VAL_AT_FAR: val_note} if val_note else {})))
+                       **({metrics.VAL_AT_FAR: val_note} if val_note else {})),
+      headline_metrics=("recall_at_1", "verification_accuracy", "train_accuracy"))
 
 
 def raw_pixel_evaluation(task):

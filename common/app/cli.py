@@ -96,6 +96,18 @@ def run_config(config_flag, workdir, saved_model=None):
   return config
 
 
+def command_line_choices():
+  """{"preset", "keys"} of the parsed command line: the preset of --config=file:preset and the keys
+  its --config.key=value flags set (what TensorBoard's HParams show beside the usual ones); None
+  where no command line was parsed (a run started from Python)."""
+  if "config" not in flags.FLAGS or not flags.FLAGS.is_parsed():
+    return None
+  holder = flags.FLAGS["config"]
+  spec = config_flags.get_config_filename(holder)
+  return {"preset": (spec.split(":", 1)[1] if ":" in spec else "") or "default",
+          "keys": list(config_flags.get_override_values(holder))}
+
+
 def check_evaluation_paths(workdir, saved_model, report_dir):
   """What an evaluation reads (a SavedModel, else the workdir's newest checkpoint) exists, and where
   its report goes can be written; each a UserError line naming the path and the flag."""

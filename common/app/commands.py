@@ -5,6 +5,7 @@ import os
 
 from common.app import cli
 from common.app import startup
+from common.runtime import hardware
 from common.training import distributed
 from common.training import evaluation as evaluation_lib
 from common.training import train_loop
@@ -21,13 +22,20 @@ def train_and_export(config, workdir, *, strategy, model, phases, task, headline
   line naming the outputs (`outputs`, then the SavedModel's folder); returns the final metrics
   (also in workdir/metrics.json).
 
-  Every worker exports (a collective save); the chief's copy is kept.
+  Every worker exports (a collective save); the chief's copy is kept, and the chief alone prints
+  the figures (every worker has the same): the others say where the run's outputs are.
   """
-  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
+  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task,
+                             command_line=cli.command_line_choices())
   with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
     saved_model = task.export(model, path)
-  print(f"{headline(results)}\n"
-        f"outputs in {os.path.abspath(workdir)}: {outputs}, {os.path.basename(saved_model)}/", flush=True)
+  if hardware.is_chief(strategy):
+    print(f"{headline(results)}\n"
+          f"outputs in {os.path.abspath(workdir)}: {outputs}, {os.path.basename(saved_model)}/", flush=True)
+  else:
+    print(f"worker {hardware.worker_index(strategy)} of {hardware.num_workers(strategy)} is not the "
+          f"chief: the chief prints the run's figures and writes its outputs in {os.path.abspath(workdir)}",
+          flush=True)
   return results
 
 
@@ -55,7 +63,7 @@ def evaluate_run(config_flag, workdir, make_task, saved_model=None, report_dir=N
   The config is the run's own (cli.run_config) unless --config is given.
   """
   config = cli.run_config(config_flag, workdir, saved_model)
-  startup.prepare_run(config)
+  startup.prepare_run(config, work="evaluation")
   task = make_task(config, workdir, for_training=False)
   report_dir = report_dir or os.path.join(workdir, "eval")
   return evaluation_lib.evaluate_saved(task, workdir, saved_model, report_dir), task, report_dir

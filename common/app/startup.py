@@ -7,9 +7,9 @@ from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 
 
-def prepare_run(config, workdir=None):
+def prepare_run(config, workdir=None, work="training"):
   """Checks the shared config and the workdir, then devices, determinism and precision policy;
-  returns the strategy.
+  returns the strategy. The device report says where `work` (what the command does) runs.
 
   Call first, before any TensorFlow op (GPU options cannot change after) and
   before building the model (the precision policy applies to layers built after it).
@@ -19,7 +19,7 @@ def prepare_run(config, workdir=None):
   config_lib.validate_config(config)
   if workdir is not None:
     workdir_lib.check_writable(workdir)
-  hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth)
+  hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth, work)
   # Before any op: MultiWorkerMirroredStrategy configures the collective ops at start-up.
   strategy = hardware.make_strategy(config.distribution.strategy)
   signals.reclaim()  # a multi-worker runtime has just taken SIGTERM over

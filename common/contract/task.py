@@ -76,6 +76,8 @@ class Task:
       Inception V4 recomputes the BatchNorm statistics of layers trained from random weights.
     run_files: {file name: text} the loop writes into the workdir with config.json, once the run
       holds the lock and its checkpoint is checked (Inception's labels.txt and class_balance.csv).
+    headline_metrics: the evaluation metrics that runs are compared by, most telling first (those
+      of the closing line): the first metric columns of TensorBoard's HParams.
   """
   name: str
   train_dataset: tf.data.Dataset
@@ -95,6 +97,7 @@ class Task:
   data_report: dict = dataclasses.field(default_factory=dict)
   calibrate: Optional[Callable[[keras.Model], None]] = None
   run_files: dict = dataclasses.field(default_factory=dict)
+  headline_metrics: tuple = ()
 
 
 @dataclasses.dataclass
@@ -103,8 +106,11 @@ class Phase:
 
   prepare() sets `layer.trainable` for the phase (frozen BatchNorm layers then
   run in inference mode); the phase trains `model.trainable_variables` after it.
+  The name, what the phase trains, is in the logs; checkpoints name its optimizer
+  `optimizer_<checkpoint_name or name>`, so that a phase can be renamed and still resume.
   """
   name: str
   num_steps: int
   optimizer: keras.optimizers.Optimizer
   prepare: Optional[Callable[[], None]] = None
+  checkpoint_name: Optional[str] = None

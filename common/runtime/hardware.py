@@ -226,12 +226,13 @@ def warn_unusable_gpus(build, gpus):
       logging.warning("%s", diagnosis.message)
 
 
-def configure_devices(memory_limit_mb=0, memory_growth=True):
+def configure_devices(memory_limit_mb=0, memory_growth=True, work="training"):
   """Sets GPU memory options; call before anything initializes TensorFlow's GPUs.
 
   With memory_limit_mb > 0 each GPU becomes one logical device of that size
   (to make a large card behave like a 4 GB one); TensorFlow reserves the limit
-  up front then, so memory growth does not apply. Returns the device report.
+  up front then, so memory growth does not apply. Returns the device report, which says where
+  `work` (what the command does) runs.
   """
   tf.debugging.set_log_device_placement(False)
   try:
@@ -247,15 +248,16 @@ def configure_devices(memory_limit_mb=0, memory_growth=True):
         f"(before any op or model is created): {e}") from e
   # Listed once: the report and the warnings describe the same GPUs, nvidia-smi runs once.
   build, gpus = installed_build(), list_gpus()
-  report = device_report(build, gpus, memory_limit_mb)
+  report = device_report(build, gpus, memory_limit_mb, work)
   for line in report.splitlines():
     logging.info("%s", line)
   warn_unusable_gpus(build, gpus)
   return report
 
 
-def device_report(build, gpus, memory_limit_mb=0):
-  """A few lines: TensorFlow, Python, CPUs, oneDNN setting and each GPU (a GpuInfo list)."""
+def device_report(build, gpus, memory_limit_mb=0, work="training"):
+  """A few lines: TensorFlow, Python, CPUs, oneDNN setting and each GPU (a GpuInfo list), or that
+  `work` runs on the CPU."""
   info = build.info
   cuda = (f"CUDA {info.get('cuda_version')}, cuDNN {info.get('cudnn_version')}"
           if info.get("is_cuda_build") else "no CUDA")
@@ -276,7 +278,7 @@ def device_report(build, gpus, memory_limit_mb=0):
     lines.append(f"GPU {gpu.index}: {gpu.name}, compute capability "
                  f"{format_capability(gpu.capability)}{note}")
   if len(lines) == 2:
-    lines.append("GPU: none; training runs on the CPU")
+    lines.append(f"GPU: none; {work} runs on the CPU")
   return "\n".join(lines)
 
 

@@ -5,6 +5,9 @@ and what to do. The lock is <workdir>/LOCK, a kernel lock (filelock: flock on PO
 Windows) that ends with its process, kill -9 included, so a lock left behind by a dead run never
 blocks the next one. Its holder is named in <workdir>/LOCK.owner ("pid N on host"), a file apart:
 a contender cannot read a locked file on Windows, and filelock 3 empties LOCK at every attempt.
+A run that ends removes both, so that a finished workdir holds no LOCK: LOCK goes while it is
+still held, and a contender that had opened it before gets the lock on a file with no name, which
+filelock (4.3 on) notices and takes the new LOCK instead.
 """
 import contextlib
 import datetime
@@ -112,6 +115,9 @@ def locked(workdir):
       with writing(owner_path), contextlib.suppress(FileNotFoundError):
         os.remove(owner_path)
     finally:
+      # Windows refuses while the lock is held (filelock removes it after the release there).
+      with contextlib.suppress(OSError):
+        os.remove(path)
       lock.release()
 
 

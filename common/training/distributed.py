@@ -16,6 +16,7 @@ import signal
 import tempfile
 
 from absl import logging
+import keras
 import tensorflow as tf
 
 from common.contract.errors import CheckpointError
@@ -49,6 +50,8 @@ class Cluster:
     # With one replica a batch read ahead is copied to its device at once; with several,
     # distribute_batch places each replica's part.
     self._ahead_device = step_devices(strategy)[0] if strategy.num_replicas_in_sync == 1 else None
+    # Collectives are compiled: called eagerly they are slow, and TensorFlow warns about it.
+    self.barrier = tf.function(lambda: _barrier(strategy))
 
   def input_fingerprint(self, fingerprint):
     """The task's input fingerprint; with several workers also their number (each worker's input
@@ -93,6 +96,26 @@ class Cluster:
     if call is None or "stop" not in call:
       return signum
     return (signum or signal.SIGTERM) if float(call["stop"]) else None
+
+  def make_statistics_mean(self, model):
+    """mean(): sets the moving mean and variance of each BatchNorm layer of `model` to their mean
+    over the replicas (nothing with one replica), so that every worker evaluates, checkpoints and
+    exports the same model. Each replica updates them from its own part of the batch (unless
+    model.sync_batch_norm), and a moving average is linear: the mean of the replicas' moving means
+    is the moving average of the global batches' means (the variance: of the replicas' variances)."""
+    # _flatten_layers: Keras' walk through nested models and layers.
+    variables = [v for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)
+                 for v in (layer.moving_mean, layer.moving_variance)]
+    if self.strategy.num_replicas_in_sync == 1 or not variables:
+      return lambda: None
+
+    def replica_mean():
+      context = tf.distribute.get_replica_context()
+      for variable, mean in zip(variables, context.all_reduce(tf.distribute.ReduceOp.MEAN,
+                                                              [tf.identity(v) for v in variables])):
+        variable.assign(mean)
+
+    return tf.function(lambda: self.strategy.run(replica_mean))
 
   def log_input_once(self, step, batch):
     """With several workers, logs the digest of this worker's batch of `step`, once a run."""
@@ -169,8 +192,8 @@ def batch_digest(batch):
   return digest.hexdigest()[:16]
 
 
-def barrier(strategy):
-  """Returns once every worker has reached it (a collective sum of ones)."""
+def _barrier(strategy):
+  """Returns once every worker has reached it (a collective sum of ones); Cluster.barrier compiles it."""
   strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
 
 
@@ -247,7 +270,7 @@ class InputPositions:
       return
     with workdir_lib.writing(self.directory):
       self._manager.save(checkpoint_number=step)
-    barrier(self._cluster.strategy)
+    self._cluster.barrier()
 
   def restore(self, step, restore_fn):
     """With several workers, restores the position of `step` (restore_fn: checkpoints.restore)."""

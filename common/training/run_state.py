@@ -48,7 +48,8 @@ class RunCheckpoint:
     # Everything but the input position: what a restore with a fresh input pipeline reads.
     self._variables = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
                            input_fingerprint=self._saved_fingerprint,
-                           **{f"optimizer_{p.name}": p.optimizer for p in phases})
+                           **{f"optimizer_{p.checkpoint_name or p.name}": p.optimizer for p in phases})
+    self._statistics_mean = cluster.make_statistics_mean(model)
     self._positions = distributed.InputPositions(self.iterator, self.directory, cluster, keep)
     self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)
     self._manager = tf.train.CheckpointManager(
@@ -91,6 +92,7 @@ class RunCheckpoint:
     step = int(self.step)
     if self._saved_step == step:
       return self.latest()
+    self._statistics_mean()  # every evaluation and the export follow a save
     self._positions.save(step)
     try:
       path = self._manager.save(checkpoint_number=step)
@@ -105,13 +107,15 @@ class RunCheckpoint:
 
 
 class RunRecord:
-  """What metrics.json records (written into `out`), and the last evaluation, whose report the
-  run's end writes into `out`/eval."""
+  """What metrics.json records, and the last evaluation, whose report the run's end writes into
+  eval/. The chief writes both into the workdir; other workers write nothing (their evaluations
+  are the chief's: every worker evaluates the same model on the whole evaluation set)."""
 
-  def __init__(self, out, checkpoint, batch_sizes, data_report, best, summaries):
-    self._out = out
+  def __init__(self, cluster, checkpoint, data_report, best, summaries):
+    self._out = cluster.out
+    self._chief = cluster.chief
     self._counters = checkpoint  # its step and count of non-finite steps
-    self._batch_sizes = batch_sizes
+    self._batch_sizes = cluster.batch_sizes
     self._data_report = data_report
     self._summaries = summaries  # the bytes they wrote and the ones they refused
     self.best = best  # checkpoints.BestWeights
@@ -153,13 +157,15 @@ class RunRecord:
       payload["steps_run"] = steps_run
       # The first window holds the tracing of the compiled call; the median of the others is the speed.
       payload["steps_per_second"] = float(np.median(self._window_rates[1:] or self._window_rates or [0.0]))
+    if not self._chief:
+      return payload
     with workdir_lib.writing(self._out):
       workdir_lib.write_json(os.path.join(self._out, "metrics.json"), payload)
     return payload
 
   def write_report(self):
-    """Writes the last evaluation's report into `out`/eval, if there was one."""
-    if self.evaluation:
+    """Writes the last evaluation's report into `out`/eval, if there was one (the chief)."""
+    if self.evaluation and self._chief:
       with workdir_lib.writing(os.path.join(self._out, "eval")):
         self.evaluation.write(os.path.join(self._out, "eval"))
 

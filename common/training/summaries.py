@@ -106,15 +106,14 @@ class SummaryBudget:
     text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)
     self.write_text(step, "config", "\n".join("    " + line for line in text.splitlines()))
 
-  def write_hparams(self, config, metric_names, group):
-    """The config's scalar and string values (sequences as strings) as the HParams plugin's
-    hyperparameters, and metric_names, the scalars of the run directory `group` (its last values
-    are the run's final metrics), as its metrics. Write into the run's root directory."""
-    values = _flat_values(config.to_dict())
+  def write_hparams(self, hparams, metric_names, group, trial_id):
+    """{name: value} as the HParams plugin's hyperparameters (in that order), metric_names (in that
+    order), the scalars of the run directory `group` (its last values are the run's final metrics),
+    as its metrics, and trial_id as the run's name there. Write into the run's root directory."""
     with self._writer.as_default(step=0):
-      hp.hparams_config(hparams=[hp.HParam(name) for name in values],
-                        metrics=[hp.Metric(name, group=group) for name in sorted(metric_names)])
-      hp.hparams(values)
+      hp.hparams_config(hparams=[hp.HParam(name) for name in hparams],
+                        metrics=[hp.Metric(name, group=group) for name in metric_names])
+      hp.hparams(hparams, trial_id=trial_id)
 
   def write_histograms(self, step, tensors):
     with self._writer.as_default(step=step):
@@ -218,10 +217,14 @@ class RunSummaries:
       self._run.write_config(step, config)
       self._run.flush()
 
-  def write_hparams(self, config, metric_names):
-    """The HParams, with metric_names, the scalars of eval/, as the run's final metrics."""
+  def write_hparams(self, config, metric_names, headline, command_line, trial_id):
+    """The HParams that tell runs apart (hparams_of: the preset, HPARAM_KEYS and the keys set on
+    the command line) and the scalars of eval/, metric_names, as the run's final metrics, the
+    headline ones first; the run is named trial_id (its workdir)."""
     if self._chief:
-      self._run.write_hparams(config, metric_names, group="eval")
+      first = [name for name in headline if name in metric_names]
+      self._run.write_hparams(hparams_of(config, command_line), first + sorted(set(metric_names) - set(first)),
+                              group="eval", trial_id=trial_id)
 
   def write_train_scalars(self, step, metrics, learning_rate, nonfinite_steps):
     """A step's metrics (but "finite"), the learning rate and the counts the run keeps."""
@@ -298,6 +301,28 @@ def _sprite(thumbnails):
   cells[:count] = thumbnails
   return cells.reshape(side, side, height, width, channels).swapaxes(1, 2).reshape(
       side * height, side * width, channels)
+
+
+# The config keys a person varies between runs, in the HParams plugin's column order (those the
+# trainer's config has); the others (paths, cadences, data checks) stay in the config text.
+HPARAM_KEYS = ("optimizer.name", "optimizer.learning_rate", "optimizer.schedule", "optimizer.warmup_steps",
+               "optimizer.decay_steps", "optimizer.decay_rate", "train.batch_size", "train.num_steps",
+               "finetune.head_steps", "finetune.unfreeze_last_blocks", "model.widths",
+               "model.embedding_size", "model.hidden_units", "loss.name", "mixed_precision")
+
+
+def hparams_of(config, command_line):
+  """{name: value} of a run's HParams: "preset", then HPARAM_KEYS, then the other keys set on the
+  command line (--config.key=value), named as in the config (sequences as strings).
+
+  command_line: {"preset": name, "keys": [dotted keys]}, what the trainer's command line chose;
+  None for a run without one (a test's, the benchmark's)."""
+  values = _flat_values(config.to_dict())
+  chosen = {"preset": command_line["preset"]} if command_line else {}
+  for key in HPARAM_KEYS + tuple(command_line["keys"] if command_line else ()):
+    if key in values:
+      chosen[key] = values[key]
+  return chosen
 
 
 def _flat_values(tree, prefix=""):

@@ -92,7 +92,7 @@ def _format_seconds(seconds):
   return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def train(config, workdir, *, strategy, model, phases, task):
+def train(config, workdir, *, strategy, model, phases, task, command_line=None):
   """Trains `model` through `phases` and returns the final metrics (also in workdir/metrics.json).
 
   From the task (common/contract/task.py) the loop takes the training dataset of
@@ -107,6 +107,9 @@ def train(config, workdir, *, strategy, model, phases, task):
   With several workers (MultiWorkerMirroredStrategy) only the chief writes the
   workdir; the others write into temporary folders that are removed, except
   their own input positions (checkpoints/input/worker<i>/).
+
+  command_line: {"preset", "keys"} the trainer's command line chose (common.app.cli), which
+  TensorBoard's HParams show; None for a run without one.
   """
   with signals_lib.recording(), distributed.chief_path(workdir, strategy) as out, \
       workdir_lib.locked(out):
@@ -121,7 +124,7 @@ def train(config, workdir, *, strategy, model, phases, task):
                                          task.input_fingerprint, config.train.keep_checkpoints)
     summaries = summaries_lib.RunSummaries(out, config.summaries, cluster.chief, model,
                                            task.image_summaries_fn)
-    record = run_state.RunRecord(out, checkpoint, cluster.batch_sizes, task.data_report, best, summaries)
+    record = run_state.RunRecord(cluster, checkpoint, task.data_report, best, summaries)
     checkpoint.restore(config.train.reset_input_pipeline)
     start_step = int(checkpoint.step)
     signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
@@ -148,7 +151,8 @@ def train(config, workdir, *, strategy, model, phases, task):
       _honour_signal(cluster, checkpoint, record)
     results = record.write(time.time() - start_time, int(checkpoint.step) - start_step)
     # The final evaluation's metrics are the last values of eval/'s scalars.
-    summaries.write_hparams(config, record.evaluation.metrics.keys())
+    summaries.write_hparams(config, list(record.evaluation.metrics), task.headline_metrics, command_line,
+                            trial_id=workdir)
     summaries.close()
     best.load_into_model()
     record.write_report()
