@@ -285,15 +285,19 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
     else:
       if quantize == "int8":
         logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
-      convert(reference, fmt, partial, image_size, quantize, before.images)
+      try:
+        convert(reference, fmt, partial, image_size, quantize, before.images)
+      except Exception as e:  # a converter's refusal (an operation it cannot lower) is its first line
+        _remove(partial)
+        raise ExportError(f"the {fmt} converter cannot convert the SavedModel of {workdir} "
+                          f"({_first_line(e)}); nothing was written") from None
     try:
       check = Comparison(reference, load(fmt, partial), image_size)
       metrics_after = evaluate(task, check)
     except Exception as e:  # a converter's model its own runtime cannot run
       _remove(partial)
       raise ExportError(f"the {fmt} export of {workdir} does not run in its runtime "
-                        f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
-                        "nothing was written") from None
+                        f"({_first_line(e)}); nothing was written") from None
   failures = check.failures()
   if failures and not quantize:
     _remove(partial)
@@ -306,6 +310,11 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
           if check.compared else None, "metric": metric, "before": value,
           "after": headline(metrics_after)[1], "image_size": image_size and tuple(image_size),
           "config": config}
+
+
+def _first_line(error):
+  text = str(error).strip()
+  return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 def _remove(path):
