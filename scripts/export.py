@@ -1,0 +1,360 @@
+"""Exports a training run as a SavedModel, ONNX or LiteRT model taking uint8 images, checked on the
+run's evaluation set before it is kept.
+
+python scripts/export.py --workdir=runs/segmentation --format=onnx --output=runs/segmentation/model.onnx
+python scripts/export.py --workdir=runs/dogs --format=litert --quantize=int8 --output=runs/dogs/model.tflite
+python scripts/export.py --workdir=runs/triplet --saved_model=runs/triplet/saved_model --format=litert --output=t.tflite
+
+--workdir names the run: its config.json says which trainer it is and gives the evaluation set, and
+its weights (best/, else the newest checkpoint) are exported through the trainer's own serving
+signature (Task.export). --saved_model converts that export instead of the weights.
+
+What is converted is the SavedModel's serving signature, preprocessing included, so the model takes
+what the SavedModel takes (uint8 images) and gives its numeric outputs (logits, probabilities, class
+ids, embeddings; a class-name output is left out: ONNX and LiteRT models give ids). Keras'
+model.export(format="onnx"|"litert") would convert the network alone, without the preprocessing.
+Neither converter has kernels for the uint8 operations of the signatures (a padding, a resize of
+uint8 images), so the frozen signature runs them on float32 copies of the same values (exact for
+0..255) behind one cast of the uint8 input.
+
+The check: the exported model, run by its own runtime (onnxruntime; LiteRT's interpreter), and the
+SavedModel score the evaluation set through the trainer's Task.evaluate; the largest output
+difference, the share of equal class ids and the headline metric of both are printed. A float
+export that differs by more than TOLERANCE is removed and the error is one line; a quantized one
+is reported, as its differences are the point.
+"""
+from common.runtime import process
+
+if __name__ == "__main__":
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
+
+import importlib
+import os
+import shutil
+import tempfile
+import types
+
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import types_pb2
+from tensorflow.python.framework import convert_to_constants
+
+from common.app import cli
+from common.contract import config as config_lib
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
+from common.contract.errors import UserError
+from common.runtime import workdir as workdir_lib
+from common.training import checkpoints
+
+# trainer: (its config module, the module with its make_task(config, workdir, for_training)).
+TRAINERS = {"segmentation": ("configs.segmentation", "segmentation.task"),
+            "triplet": ("configs.triplet", "triplet.evaluate"),
+            "inception_v4": ("configs.inception_v4", "inception_finetune.task")}
+FORMATS = ("saved_model", "onnx", "litert")
+# What each format needs beyond requirements.txt (requirements-export.txt installs them all).
+EXTRA = {"onnx": ("tf2onnx", "onnxruntime"), "litert": ("ai_edge_litert.interpreter",)}
+INSTALL = 'pip install -r requirements-export.txt (or pip install -e ".[export]")'
+# A float export may differ from the SavedModel by this much times max(1, largest |output|).
+TOLERANCE = 1e-4
+# int8's representative images: the first ones of the evaluation set (a subset, said in the log).
+REPRESENTATIVE_IMAGES = 64
+HEADLINE_METRICS = ("miou", "top1", "verification_accuracy", "recall_at_1")
+
+
+class ExportError(UserError):
+  """An export that cannot be made, or whose check failed (the output is not kept)."""
+
+
+def require(fmt):
+  """The modules `fmt` needs, or one line naming the extra that installs them."""
+  try:
+    return [importlib.import_module(name) for name in EXTRA.get(fmt, ())]
+  except ImportError as e:
+    raise ExportError(f"--format={fmt} needs {', '.join(EXTRA[fmt])} ({e.name} is not installed): "
+                      f"{INSTALL}") from None
+
+
+def trainer_of(workdir):
+  """The trainer whose config <workdir>/config.json is, and its config with that file applied."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise ConfigError(f"{path} does not exist: give the --workdir of a training run")
+  errors = []
+  for trainer, (config_module, _) in TRAINERS.items():
+    config = importlib.import_module(config_module).get_config()
+    try:
+      config_lib.read_saved_config(path, config, "give the --workdir of a training run")
+    except DataError as e:
+      errors.append(e)
+      continue
+    return trainer, cli.run_config(types.SimpleNamespace(value=config), workdir)
+  raise errors[0]  # a broken file says so for every trainer
+
+
+def load_run(workdir):
+  """(trainer, config, task, the Keras model with the run's best weights, else its newest)."""
+  trainer, config = trainer_of(workdir)
+  task = importlib.import_module(TRAINERS[trainer][1]).make_task(config, workdir, True)
+  model = task.build_model()
+  directory = checkpoints.best_dir(workdir)
+  if not checkpoints.newest(directory):
+    directory = checkpoints.checkpoint_dir(workdir)
+  logging.info("exporting %s", checkpoints.restore_newest(tf.train.Checkpoint(model=model), directory))
+  if task.calibrate:  # as evaluate --workdir scores a checkpoint
+    task.calibrate(model)
+  return trainer, config, task, model
+
+
+# The conversion.
+
+
+def _float_attr(value, renamed):
+  """uint8 types and constants of an op's attribute as float32; function names as renamed."""
+  kind = value.WhichOneof("value")
+  if kind == "type" and value.type == types_pb2.DT_UINT8:
+    value.type = types_pb2.DT_FLOAT
+  elif kind == "tensor" and value.tensor.dtype == types_pb2.DT_UINT8:
+    value.tensor.CopyFrom(tf.make_tensor_proto(tf.make_ndarray(value.tensor).astype(np.float32)))
+  elif kind == "func":
+    value.func.name = renamed.get(value.func.name, value.func.name)
+  elif kind == "list":
+    value.list.type[:] = [types_pb2.DT_FLOAT if t == types_pb2.DT_UINT8 else t for t in value.list.type]
+    for function in value.list.func:
+      function.name = renamed.get(function.name, function.name)
+
+
+def _float_nodes(nodes, renamed):
+  for node in nodes:
+    node.op = renamed.get(node.op, node.op)
+    # Keras' XLA-compiled convolutions (unknown channel counts) inlined like any function.
+    for key in ("_XlaMustCompile", "_noinline"):
+      node.attr.pop(key, None)
+    for value in node.attr.values():
+      _float_attr(value, renamed)
+
+
+def convertible(serve, image_size=None):
+  """A tf.function of uint8 images [None, H, W, 3] (H, W: image_size or any) -> the signature's
+  numeric outputs, with variables frozen and every uint8 operation done in float32."""
+  spec = tf.TensorSpec([None, *(image_size or (None, None)), 3], tf.uint8, name="images")
+  traced = tf.function(lambda images: serve(images=images)).get_concrete_function(spec)
+  frozen = convert_to_constants.convert_variables_to_constants_v2(traced)
+  graph_def = frozen.graph.as_graph_def()
+  # New names: the frozen (uint8) functions are registered already.
+  renamed = {f.signature.name: f.signature.name + "_float32" for f in graph_def.library.function}
+  _float_nodes(graph_def.node, renamed)
+  for function in graph_def.library.function:
+    _float_nodes(function.node_def, renamed)
+    function.signature.name = renamed[function.signature.name]
+    for arg in [*function.signature.input_arg, *function.signature.output_arg]:
+      arg.type = types_pb2.DT_FLOAT if arg.type == types_pb2.DT_UINT8 else arg.type
+    for key in ("_XlaMustCompile", "_noinline"):
+      function.attr.pop(key, None)
+  names = {name: tensor.name for name, tensor in zip(sorted(traced.structured_outputs), frozen.outputs)
+           if tensor.dtype != tf.string}
+  imported = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
+  graph = imported.graph
+  pruned = imported.prune(graph.get_tensor_by_name(frozen.inputs[0].name),
+                          {name: graph.get_tensor_by_name(tensor) for name, tensor in names.items()})
+  function = tf.function(lambda images: pruned(tf.cast(images, tf.float32)), input_signature=[spec])
+  function.keep = (imported, pruned)  # the graph the function calls lives as long as it
+  return function
+
+
+def convert(serve, fmt, path, image_size=None, quantize=None, representative=()):
+  """Writes the signature `serve` as `fmt` into `path`."""
+  function = convertible(serve, image_size)
+  if fmt == "onnx":
+    tf2onnx = require(fmt)[0]
+    tf2onnx.convert.from_function(function, function.input_signature, output_path=path)
+    return
+  module = tf.Module()
+  module.serve = function
+  with tempfile.TemporaryDirectory() as scratch:
+    tf.saved_model.save(module, scratch, signatures={"serving_default": function})
+    converter = tf.lite.TFLiteConverter.from_saved_model(scratch)
+    if quantize:
+      converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+      converter.target_spec.supported_types = [tf.float16]
+    elif quantize == "int8":
+      converter.representative_dataset = lambda: ([image[None]] for image in representative)
+    content = converter.convert()
+  with open(path, "wb") as f:
+    f.write(content)
+
+
+def load(fmt, path):
+  """What the exported model at `path` gives, in its own runtime, as a SavedModel's signature does:
+  serve(images=uint8 [B, H, W, 3]) -> {name: tf.Tensor}."""
+  if fmt == "saved_model":
+    loaded = tf.saved_model.load(path)  # the signature's variables live as long as it
+    return lambda images: loaded.signatures["serving_default"](images=images)
+  if fmt == "onnx":
+    onnxruntime = require(fmt)[1]
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    return lambda images: dict(zip(names, map(tf.constant, session.run(None, {"images": np.asarray(images)}))))
+  interpreter = require(fmt)[0].Interpreter(model_path=path)
+  runner = interpreter.get_signature_runner()
+  return lambda images: {name: tf.constant(value) for name, value in runner(images=np.asarray(images)).items()}
+
+
+# The check.
+
+
+class Comparison:
+  """A signature that gives the exported model's outputs and records how far they are from the
+  reference's on the same images (resized to image_size for a fixed-size model), and the images."""
+
+  def __init__(self, reference, exported, image_size, keep_images=0):
+    self.reference, self.exported, self.image_size = reference, exported, image_size
+    self.keep_images, self.images = keep_images, []
+    self.max_difference, self.scale, self.same, self.compared = {}, {}, 0, 0
+
+  def __call__(self, images):
+    size = tf.shape(images)[1:3]
+    if self.image_size and tuple(size.numpy()) != tuple(self.image_size):
+      images = tf.cast(tf.round(tf.image.resize(images, self.image_size)), tf.uint8)
+    self.images += list(images.numpy()[:max(0, self.keep_images - len(self.images))])
+    reference = self.reference(images=images)
+    outputs = self.exported(images=images) if self.exported else reference
+    for name, value in outputs.items():
+      expected = reference[name].numpy()
+      if name == "class_ids":
+        self.same += int(np.sum(expected == value.numpy()))
+        self.compared += expected.size
+      elif value.dtype.is_floating:
+        self.max_difference[name] = max(self.max_difference.get(name, 0.0),
+                                         float(np.max(np.abs(expected - value.numpy()))))
+        self.scale[name] = max(self.scale.get(name, 1.0), float(np.max(np.abs(expected))))
+    return {name: _resized(value, size) for name, value in outputs.items()}
+
+  def failures(self):
+    return [f"{name} differs by {difference:.3g}" for name, difference in self.max_difference.items()
+            if not difference <= TOLERANCE * self.scale[name]]
+
+
+def _resized(value, size):
+  """A per-pixel output back at the image's size (a fixed-size model's input was resized)."""
+  if value.shape.rank < 3 or value.shape[1:3] == tuple(size.numpy()) or value.dtype == tf.string:
+    return value
+  method = "bilinear" if value.dtype.is_floating else "nearest"
+  stacked = value if value.shape.rank == 4 else value[..., None]
+  back = tf.cast(tf.image.resize(stacked, size, method=method), value.dtype)
+  return back if value.shape.rank == 4 else back[..., 0]
+
+
+def evaluate(task, signature):
+  return task.evaluate(task.saved_model_predict_fn(signature), True).metrics
+
+
+def headline(metrics):
+  name = next((key for key in HEADLINE_METRICS if key in metrics), None)
+  return name, metrics.get(name)
+
+
+def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=None):
+  """Exports, checks, and moves the export to `output` only once its check holds; returns
+  {"max_difference", "same_class_ids", "metric", "before", "after"}."""
+  if quantize and fmt != "litert":
+    raise ExportError(f"--quantize={quantize} is for --format=litert (LiteRT's converter quantizes)")
+  require(fmt)
+  workdir_lib.check_writable(os.path.dirname(os.path.abspath(output)), flag="--output")
+  if saved_model:
+    workdir_lib.check_saved_model(saved_model)
+  _, config, task, model = load_run(workdir)
+  with tempfile.TemporaryDirectory() as scratch:
+    reference_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
+    reference = load("saved_model", reference_path)
+    if fmt == "litert" and not image_size:  # LiteRT's converter needs the image size fixed
+      probe = Comparison(reference, None, None, keep_images=1)
+      evaluate(task, probe)
+      image_size = probe.images[0].shape[:2]
+      logging.info("--image_size: %dx%d, the first evaluation image's", *image_size)
+    before = Comparison(reference, None, image_size,
+                        keep_images=REPRESENTATIVE_IMAGES if quantize == "int8" else 0)
+    metrics_before = evaluate(task, before)
+    partial = output + ".tmp"
+    _remove(partial)
+    if fmt == "saved_model":
+      task.export(model, partial)
+    else:
+      if quantize == "int8":
+        logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
+      try:
+        convert(reference, fmt, partial, image_size, quantize, before.images)
+      except Exception as e:  # a converter's refusal (an operation it cannot lower) is its first line
+        _remove(partial)
+        raise ExportError(f"the {fmt} converter cannot convert the SavedModel of {workdir} "
+                          f"({_first_line(e)}); nothing was written") from None
+    try:
+      check = Comparison(reference, load(fmt, partial), image_size)
+      metrics_after = evaluate(task, check)
+    except Exception as e:  # a converter's model its own runtime cannot run
+      _remove(partial)
+      raise ExportError(f"the {fmt} export of {workdir} does not run in its runtime "
+                        f"({_first_line(e)}); nothing was written") from None
+  failures = check.failures()
+  if failures and not quantize:
+    _remove(partial)
+    raise ExportError(f"the {fmt} export of {workdir} failed its check ({'; '.join(failures)} on the "
+                      f"evaluation images, tolerance {TOLERANCE:g} x the output's scale); nothing was written")
+  _remove(output)
+  os.rename(partial, output)
+  metric, value = headline(metrics_before)
+  return {"max_difference": check.max_difference, "same_class_ids": check.same / check.compared
+          if check.compared else None, "metric": metric, "before": value,
+          "after": headline(metrics_after)[1], "image_size": image_size and tuple(image_size),
+          "config": config}
+
+
+def _first_line(error):
+  text = str(error).strip()
+  return text.splitlines()[0][:300] if text else type(error).__name__
+
+
+def _remove(path):
+  if os.path.isdir(path) and not os.path.islink(path):
+    shutil.rmtree(path)
+  elif os.path.lexists(path):
+    os.remove(path)
+
+
+def describe(result, fmt, output, quantize):
+  lines = [f"{output}: {fmt}{' ' + quantize if quantize else ''}"
+           + (f", images {result['image_size'][0]}x{result['image_size'][1]}" if result["image_size"] else "")]
+  for name, difference in sorted(result["max_difference"].items()):
+    lines.append(f"  max |difference| of {name} from the SavedModel's: {difference:.3g}")
+  if result["same_class_ids"] is not None:
+    lines.append(f"  same class ids: {result['same_class_ids']:.2%}")
+  if result["metric"]:
+    lines.append(f"  {result['metric']} on the evaluation set: SavedModel {result['before']:.4f}, "
+                 f"export {result['after']:.4f}")
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  result = export(_WORKDIR.value, _FORMAT.value, _OUTPUT.value, _SAVED_MODEL.value,
+                  _IMAGE_SIZE.value and (_IMAGE_SIZE.value,) * 2, _QUANTIZE.value)
+  print(describe(result, _FORMAT.value, _OUTPUT.value, _QUANTIZE.value), flush=True)
+
+
+if __name__ == "__main__":
+  _WORKDIR = flags.DEFINE_string("workdir", None, "The training run: its config.json, weights and "
+                                 "evaluation set.", required=True)
+  _FORMAT = flags.DEFINE_enum("format", None, FORMATS, "What to write.", required=True)
+  _OUTPUT = flags.DEFINE_string("output", None, "The file (onnx, litert) or folder (saved_model) "
+                                "to write.", required=True)
+  _SAVED_MODEL = flags.DEFINE_string("saved_model", None, "Convert this SavedModel instead of the "
+                                     "run's weights.")
+  _IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "LiteRT: the side of the square images the "
+                                     "model takes (default the first evaluation image's size); "
+                                     "ONNX: fixes it too, else any size.")
+  _QUANTIZE = flags.DEFINE_enum("quantize", None, ("float16", "int8"), "LiteRT: float16 weights, or "
+                                "int8 weights and activations calibrated on evaluation images.")
+  cli.run(main)

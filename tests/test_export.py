@@ -1,0 +1,106 @@
+"""scripts/export.py on runs the test writes (config.json and a checkpoint, no training): each format's
+model, run by its own runtime, gives the SavedModel's outputs on the evaluation images; a failed
+check or a missing extra is one line and leaves no output."""
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed (CI's tensorflow 2.16.2 "
+                                      "venv: the export extra is not checked with it)")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("ai_edge_litert")
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+from common.app import cli  # pylint: disable=g-import-not-at-top
+from common.contract import config as config_lib  # pylint: disable=g-import-not-at-top
+from common.training import checkpoints  # pylint: disable=g-import-not-at-top
+import helpers  # pylint: disable=g-import-not-at-top
+from scripts import export  # pylint: disable=g-import-not-at-top
+from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
+from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
+
+BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(config, config.data.num_classes),
+               "triplet": lambda config: triplet_task.build_model(config, 0)}
+
+
+@pytest.fixture(autouse=True)
+def command_line(monkeypatch):
+  monkeypatch.setattr(sys, "argv", ["export"])  # cli.run_config reads --config arguments from it
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """{trainer: workdir} with the smoke preset's config.json and a checkpoint of its untrained model."""
+  found = {}
+  for trainer, build in BUILD_MODEL.items():
+    workdir = str(tmp_path_factory.mktemp(trainer))
+    config = helpers.make_config(trainer, "smoke")
+    config_lib.write_config(config, workdir)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=build(config)), checkpoints.checkpoint_dir(workdir),
+                               max_to_keep=1).save(checkpoint_number=1)
+    found[trainer] = workdir
+  return found
+
+
+@pytest.mark.parametrize("trainer", sorted(BUILD_MODEL))
+@pytest.mark.parametrize("fmt", ["onnx", "litert"])
+def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, trainer, fmt, tmp_path):
+  output = str(tmp_path / f"model.{fmt}")
+  result = export.export(runs[trainer], fmt, output)
+  assert os.path.isfile(output) and not os.path.exists(output + ".tmp")
+  assert result["max_difference"] and max(result["max_difference"].values()) < 1e-5, result
+  assert result["after"] == pytest.approx(result["before"], abs=1e-6), result
+  if trainer == "segmentation":
+    assert result["same_class_ids"] == 1.0 and result["metric"] == "miou"
+  # LiteRT's image size is fixed: the first evaluation image's (the synthetic scenes are 64x64).
+  assert (result["image_size"] is not None) == (fmt == "litert")
+
+
+def test_saved_model_format_and_a_saved_model_input(runs, tmp_path):
+  workdir = runs["segmentation"]
+  saved = str(tmp_path / "saved_model")
+  result = export.export(workdir, "saved_model", saved)
+  assert os.path.isfile(os.path.join(saved, "saved_model.pb"))
+  assert result["max_difference"]["logits"] == 0 and result["before"] == result["after"]
+  converted = export.export(workdir, "onnx", str(tmp_path / "m.onnx"), saved_model=saved)
+  assert converted["max_difference"]["logits"] < 1e-5 and converted["after"] == pytest.approx(result["before"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantize", ["float16", "int8"])
+def test_quantized_litert_reports_the_metric_before_and_after(runs, quantize, tmp_path):
+  output = str(tmp_path / f"{quantize}.tflite")
+  result = export.export(runs["segmentation"], "litert", output, quantize=quantize)
+  assert os.path.isfile(output) and 0 <= result["after"] <= 1 and result["metric"] == "miou"
+  if quantize == "float16":  # weights rounded to float16, computed in float32
+    assert max(result["max_difference"].values()) < 0.05
+  text = export.describe(result, "litert", output, quantize)
+  assert f"miou on the evaluation set: SavedModel {result['before']:.4f}, export" in text
+
+
+def test_a_failed_check_or_a_missing_extra_is_one_line_and_leaves_nothing(runs, tmp_path, monkeypatch, capsys):
+  output = str(tmp_path / "model.onnx")
+  monkeypatch.setattr(export, "TOLERANCE", 0.0)  # every float difference fails it
+  line = error_line(capsys, export.export, runs["segmentation"], "onnx", output)
+  assert "failed its check (logits differs by" in line and "nothing was written" in line, line
+  assert os.listdir(tmp_path) == []
+  monkeypatch.setitem(export.EXTRA, "onnx", ("tf2onnx", "a_runtime_not_installed"))
+  line = error_line(capsys, export.export, runs["segmentation"], "onnx", output)
+  assert "--format=onnx needs" in line and "pip install -r requirements-export.txt" in line, line
+  line = error_line(capsys, export.export, runs["triplet"], "onnx", output, None, None, "int8")
+  assert "--quantize=int8 is for --format=litert" in line, line
+  line = error_line(capsys, export.export, str(tmp_path), "litert", output)
+  assert "config.json does not exist" in line, line
+  assert os.listdir(tmp_path) == []
+
+
+def error_line(capsys, function, *args):
+  """The one `error:` line of function(*args) behind the commands' guard, exit 2."""
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_guarded(function, *args)
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert exit_info.value.code == 2 and lines[-1].startswith("error: "), lines
+  return lines[-1]
