@@ -82,17 +82,6 @@ def test_run_output_starts_with_its_own_lines_and_its_log_is_kept(tmp_path):
     assert "GPU: none; evaluation runs on the CPU" in eval_log
 
 
-@pytest.mark.slow
-def test_scripts_that_import_tensorflow_start_as_quietly_as_the_trainers():
-  # TensorFlow's start-up lines: C++ ones (oneDNN, cuInit, CPU features) and absl's banner before them.
-  startup = re.compile(CPP_LINE.pattern + r"|absl::InitializeLog|To enable the following instructions")
-  for args in (["scripts/check_gpu.py"], ["scripts/benchmark.py", "--help"],
-               ["scripts/convert_to_tfrecord.py", "--help"], ["scripts/fetch_slim_checkpoint.py", "--help"]):
-    result = run_cli(args)
-    assert result.returncode in (0, 1), (args, result.stderr[-2000:])  # check_gpu: 1 without a usable GPU
-    assert not startup.search(result.stdout + result.stderr), (args, result.stderr[:2000])
-
-
 def test_the_installed_repository_imports_from_any_folder(tmp_path):
   """requirements.txt installs the repository (pyproject.toml): no sys.path patches anywhere."""
   env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}

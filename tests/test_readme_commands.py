@@ -8,7 +8,8 @@ trainers' table abbreviates the sections' commands) is that command. A python co
 written unless ADAPTATIONS (the entry whose key is the longest prefix of the command) says
 otherwise and why: a smaller preset or a step cap, or another test that runs the same command line
 and checks what it does (each command line runs once in the suite). Two rewrites apply to all: absolute /tmp/ paths and TMPDIR point into the
-scratch folder, so that no run shares state with another. The inputs the README assumes the user
+scratch folder, so that no run shares state with another. Commands run without TF_CPP_MIN_LOG_LEVEL, as in a user's
+shell, and one that prints TensorFlow's C++ start-up lines fails. The inputs the README assumes the user
 has (inception_v4.ckpt, StanfordDogs/Images, a VOC folder) are small stand-ins the `workspace`
 fixture writes.
 
@@ -42,7 +43,8 @@ TEXT_BLOCKS = {
 RUNNABLE_AS_WRITTEN = ("python",)
 TIMEOUT_S = 600
 STDERR_TAIL_LINES = 15
-# TensorFlow's C++ start-up lines (CUDA probing, CPU features), logged before absl is set up.
+# TensorFlow's C++ start-up lines (CUDA probing, CPU features), logged before absl is set up: every
+# command hides them as the trainers do (common/runtime/process.py), and a command that shows them fails.
 STARTUP_NOISE = re.compile(r"^([IWE]0000 00:00:|WARNING: All log messages before absl|To enable the following)")
 
 
@@ -293,7 +295,9 @@ class Workspace:
       return f"README command `{command.text}`: no way to run {argv[0]}; give it an entry in ADAPTATIONS"
     shown = "" if list(command.argv) == argv else f" (ran as `{shlex.join(argv)}`)"
     argv = [sys.executable] + argv[1:]
-    env = dict(os.environ, TMPDIR=str(self.tmp), TF_CPP_MIN_LOG_LEVEL="2")
+    # As a user runs it: TensorFlow's C++ start-up lines are the command's to hide, not the test's.
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    env["TMPDIR"] = str(self.tmp)
     env.update(self.to_tmp(assignment).split("=", 1) for assignment in command.env)
     try:
       result = subprocess.run(argv, cwd=self.root, capture_output=True, text=True, timeout=TIMEOUT_S,
@@ -304,6 +308,9 @@ class Workspace:
     if result.returncode not in adaptation.exit_codes:
       return (f"README command `{command.text}`{shown} exited {result.returncode}; stderr ends:\n"
               f"{stderr_tail(result.stderr)}")
+    noise = [line for line in result.stderr.splitlines() if STARTUP_NOISE.match(line)]
+    if noise:
+      return f"README command `{command.text}` printed TensorFlow's start-up lines: {noise[:3]}"
     if adaptation.prints not in result.stdout:
       return f"README command `{command.text}` did not print {adaptation.prints!r}: {result.stdout[-2000:]}"
     return None
@@ -322,8 +329,7 @@ class Workspace:
 
 
 def stderr_tail(stderr):
-  lines = [line for line in stderr.strip().splitlines() if not STARTUP_NOISE.match(line)]
-  return "\n".join(lines[-STDERR_TAIL_LINES:])
+  return "\n".join(stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
 
 
 @pytest.fixture(scope="module")
