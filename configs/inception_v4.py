@@ -98,8 +98,9 @@ def get_config(preset=None):
           "data.min_class_count": 5,
       },
       # Random weights, every layer trained from the first step, small 75x75 images of a few
-      # classes (the digits of scripts/make_real_sets.py). Not yet enough steps to learn them: the
-      # training loss is still at chance after 300 steps (at learning rates 1e-4 to 1e-3).
+      # classes (the digits of scripts/make_real_sets.py). Not enough steps to learn them well: on
+      # the 10 digits, training loss 2.38 -> 1.89 and top-1 0.32 (chance 0.10) after 300 steps,
+      # 0.45 after 1,000 (README.md, Results on real data).
       "scratch": {
           "checkpoint_path": "", "trainable_scopes": "", "train.batch_size": 16,
           "train.num_steps": 300, "finetune.head_steps": 300, "train.log_every": 25,

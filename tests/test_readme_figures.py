@@ -1,0 +1,135 @@
+"""README.md's figures that code prints, against that code: the benchmark table's estimate MiB and
+GFLOP/step, the 4 GB table's estimates, and the last line of the triplet smoke command.
+
+The tables are parsed row by row and each figure recomputed in process with the functions
+scripts/benchmark.py uses (its config and task loading, scripts/memory_estimate.py,
+scripts/flops.py), not by running the benchmark. A deterministic figure matches when the computed
+value rounds to it at the digits the README shows (313 MiB: within 0.5; 0.453 GFLOP: within
+0.0005), so that changing either the README or the code behind a figure fails here. Timings are
+one machine's measurements and are not checked.
+"""
+import os
+import re
+
+import keras
+import pytest
+
+import helpers
+from scripts import benchmark
+from scripts import flops
+from scripts import memory_estimate
+from triplet import train as triplet_train
+
+README = os.path.join(helpers.REPO_ROOT, "README.md")
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+# The triplet smoke run is not bitwise reproducible (config.deterministic is off): one of its 12
+# evaluation images is 0.083 of recall, one of its 16 pairs 0.0625 of verification accuracy.
+SMOKE_TOLERANCE = 0.1
+# The benchmark's gtx960m estimate writes the preset's synthetic data; fewer identities suffice
+# (the model and batch stay the preset's), as in tests/test_benchmark.py.
+GTX960M_OVERRIDES = {
+    "triplet": ["data.num_train_identities=32", "data.num_eval_identities=4",
+                "data.images_per_synthetic_identity=4", "data.num_pair_folds=1"],
+}
+
+
+def readme():
+  with open(README, encoding="utf-8") as f:
+    return f.read()
+
+
+def table(header_start):
+  """The rows of the README table whose header line starts with header_start, as dicts by title."""
+  lines = readme().splitlines()
+  starts = [i for i, line in enumerate(lines) if line.startswith(header_start)]
+  assert len(starts) == 1, f"README.md: {len(starts)} tables start with {header_start!r}"
+  titles = _cells(lines[starts[0]])
+  rows = []
+  for line in lines[starts[0] + 2:]:
+    if not line.startswith("|"):
+      break
+    rows.append(dict(zip(titles, _cells(line))))
+  return rows
+
+
+def _cells(line):
+  return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def assert_shown(text, value, what):
+  """The first number of `text` is `value` rounded to the digits it shows."""
+  shown = NUMBER.search(text).group().replace(",", "")
+  decimals = len(shown.partition(".")[2])
+  assert abs(value - float(shown)) <= 0.5 * 10 ** -decimals + 1e-9, (
+      f"README.md {what}: shows {text!r}, the code gives {value:.4g}")
+
+
+def phase_figures(trainer, preset, tmp_path, mixed=None, overrides=()):
+  """As scripts/benchmark.py computes them: the config, the per-example input shape and
+  {phase: (estimate MiB, GFLOP per step)}, in the preset's precision unless `mixed` says."""
+  config = benchmark.load_config(trainer, preset, list(overrides), batch_size=0)
+  task = benchmark.make_task(trainer, config, str(tmp_path / f"{trainer}-{preset}-{mixed}"))
+  input_shapes = [tuple(next(iter(task.train_dataset))[0].shape[1:])]
+  mixed = config.mixed_precision if mixed is None else mixed
+  keras.mixed_precision.set_global_policy("mixed_float16" if mixed else "float32")
+  model = task.build_model()
+  batch_size = config.train.batch_size
+  figures = {}
+  for phase in task.make_phases(model, mixed):
+    if phase.prepare:
+      phase.prepare()
+    estimate = memory_estimate.estimate(model, batch_size, mixed, input_shapes=input_shapes)
+    figures[phase.name] = (estimate.total / memory_estimate.MIB,
+                           flops.count_training_flops(model, batch_size, input_shapes) / 1e9)
+  keras.mixed_precision.set_global_policy("float32")
+  return config, input_shapes[0], figures
+
+
+@pytest.mark.parametrize("trainer", [
+    "segmentation", "triplet", pytest.param("inception_v4", marks=pytest.mark.slow)])
+def test_benchmark_and_4gb_tables_match_the_code(trainer, tmp_path):
+  rows = [row for row in table("| trainer | variant | phase |") if row["trainer"] == trainer]
+  assert rows, f"README.md's benchmark table has no {trainer} row"
+  for mixed in (False, True):
+    _, _, figures = phase_figures(trainer, "smoke", tmp_path, mixed)
+    precision_rows = [row for row in rows if row["variant"].startswith("mixed") == mixed]
+    # A one-phase trainer's rows leave the phase empty; every phase of the code has its rows.
+    assert {row["phase"] or next(iter(figures)) for row in precision_rows} == set(figures)
+    for row in precision_rows:
+      estimate, gflop = figures[row["phase"] or next(iter(figures))]
+      what = f"benchmark table, {trainer} {row['variant']} {row['phase']}".rstrip()
+      assert_shown(row["estimate MiB"], estimate, what + ", estimate MiB")
+      assert_shown(row["GFLOP/step"], gflop, what + ", GFLOP/step")
+
+  config, shape, figures = phase_figures(trainer, "gtx960m", tmp_path,
+                                         overrides=GTX960M_OVERRIDES.get(trainer, ()))
+  rows = {}
+  for row in table("| preset | batch | estimate |"):
+    found = re.fullmatch(r"(\w+) gtx960m(?:, phase (\w+).*)?", row["preset"])
+    if found.group(1) == trainer:
+      rows[found.group(2) or next(iter(figures))] = row
+  assert set(rows) == set(figures), f"README.md's 4 GB table: {trainer} phases {sorted(rows)}"
+  budget_mib = benchmark.BUDGET_MB
+  for phase, row in rows.items():
+    what = f"4 GB table, {row['preset']}"
+    assert_shown(row["batch"], config.train.batch_size, what + ", batch")
+    assert f"{shape[0]}x{shape[1]}" in row["batch"], f"README.md {what}: the input is {shape}"
+    estimate, _ = figures[phase]
+    assert_shown(row["estimate"], estimate, what + ", estimate")
+    assert_shown(row[f"of {budget_mib} MiB"], 100 * estimate / budget_mib, what + ", share")
+
+
+def test_triplet_smoke_line_matches_a_smoke_run(tmp_path, capsys):
+  """The README quotes the last figures line of its triplet smoke command; the same config run
+  here prints a line of the same words whose figures are within SMOKE_TOLERANCE."""
+  quoted = re.search(r"`(recall_at_1 [^`]*)`", readme())
+  assert quoted, "README.md quotes no `recall_at_1 ...` line of the triplet smoke run"
+  quoted = " ".join(quoted.group(1).split())
+  triplet_train.train_and_evaluate(helpers.make_config("triplet", "smoke"), str(tmp_path))
+  printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("recall_at_1 ")]
+  assert len(printed) == 1, printed
+  assert NUMBER.sub("N", quoted) == NUMBER.sub("N", printed[0]), (
+      f"README.md quotes {quoted!r}, the smoke run prints {printed[0]!r}")
+  for shown, value in zip(NUMBER.findall(quoted), NUMBER.findall(printed[0])):
+    assert abs(float(shown) - float(value)) <= SMOKE_TOLERANCE, (
+        f"README.md quotes {shown} where the smoke run prints {value}: {printed[0]!r}")
