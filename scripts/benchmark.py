@@ -453,6 +453,9 @@ def measure_full_network(result, strategy):
 
 def peer_inception(result, strategy, threads, timeout_s):
   config, settings = result["_config"], result["_settings"]
+  missing = peer_runner.missing_peer_venv()
+  if missing:  # our full-network step is measured only for the ratio to timm's
+    return missing
   ours, steps = measure_full_network(result, strategy)
   progress("timm inception_v4: training step")
   peer = peer_runner.run_peer(

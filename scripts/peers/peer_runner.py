@@ -40,13 +40,19 @@ def run_script(python, script, args, timeout_s):
     return {"skipped": f"{pathlib.Path(script).name} printed no JSON result"}
 
 
+def missing_peer_venv(venv=None):
+  """Why the peers cannot run ({"skipped": why}), or None when the peer venv is there."""
+  venv = pathlib.Path(venv) if venv else find_peer_venv()
+  if not (venv / "bin" / "python").exists():
+    return {"skipped": f"no peer venv at {venv}; create it with {SETUP}"}
+  return None
+
+
 def run_peer(args, timeout_s=900, venv=None):
   """Runs `torch_peers.py ARGS` in the peer venv; its JSON dict, or {"skipped": why}."""
   venv = pathlib.Path(venv) if venv else find_peer_venv()
-  python = venv / "bin" / "python"
-  if not python.exists():
-    return {"skipped": f"no peer venv at {venv}; create it with {SETUP}"}
-  return run_script(python, PEERS_DIR / "torch_peers.py", args, timeout_s)
+  return missing_peer_venv(venv) or run_script(venv / "bin" / "python", PEERS_DIR / "torch_peers.py",
+                                               args, timeout_s)
 
 
 def run_tf_triplet(args, timeout_s=900):
