@@ -74,7 +74,7 @@ def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=N
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
   paths = predict_lib.photo_paths(paths)
-  predict_lib.check_output(output, "--output")  # before the model loads
+  predict_lib.check_paths(saved_model, {"--output": predict_lib.folder_of(output)})
   probabilities, names = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   rows = []
   for path, image in predict_lib.read_photos(paths):

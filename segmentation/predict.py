@@ -57,8 +57,8 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   <name>_overlay.png (the image beside its prediction, a legend) per image; returns the mask paths.
   The model: the SavedModel, else the workdir's weights with config (the run's); paths: photos or
   folders of them; max_pixels: larger images are refused, default config.data.eval_max_pixels."""
+  predict_lib.check_paths(saved_model, {"--output_dir": output_dir})
   paths = predict_lib.photo_paths(paths, max_pixels or config.data.eval_max_pixels)
-  workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the model loads
   classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   written = []
   for path, image in predict_lib.read_photos(paths):

@@ -133,9 +133,10 @@ def compare(embedder, paths):
 def search(embedder, queries, gallery, top_k, output):
   """Prints (and with output writes as CSV) the top_k gallery photos nearest to each query."""
   gallery_paths = predict_lib.photo_paths([gallery])
-  found = embed_all(embedder, gallery_paths)
+  embeddings = embed_all(embedder, gallery_paths + queries)
+  found = embeddings[:len(gallery_paths)]
   rows = []
-  for query, embedding in zip(queries, embed_all(embedder, queries)):
+  for query, embedding in zip(queries, embeddings[len(gallery_paths):]):
     distances = np.linalg.norm(found - embedding, axis=1)
     for rank, i in enumerate(np.argsort(distances, kind="stable")[:top_k], 1):
       rows.append([query, rank, gallery_paths[i], float(distances[i]),
@@ -157,8 +158,8 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     raise DataError(f"--compare takes two photos, got {len(paths)}: {' '.join(paths[:4])}")
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
-  predict_lib.check_output(embed_path, "--embed_to")  # before the model loads
-  predict_lib.check_output(output, "--output")
+  predict_lib.check_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
+                                        "--output": predict_lib.folder_of(output)})
   embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   if threshold is not None:
     embedder.threshold, embedder.source = threshold, "from --threshold"

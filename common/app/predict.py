@@ -44,8 +44,7 @@ def checkpoint_step(path):
 
 
 def load_saved_model(path):
-  """The loaded SavedModel; a missing or broken path is one line."""
-  workdir_lib.check_saved_model(path)
+  """The loaded SavedModel (check_paths checked it)."""
   logging.info("predicting with %s", path)
   return tf.saved_model.load(path)
 
@@ -63,8 +62,8 @@ def photo_paths(args, max_pixels=None):
 
 def read_photos(paths):
   """Yields (path, uint8 [h, w, 3]) of each photo as a viewer shows it (its EXIF orientation applied)."""
-  logging.log_first_n(logging.INFO, "photos are read as a photo viewer shows them: EXIF orientation "
-                      "applied (PIL's ImageOps.exif_transpose)", 1)
+  logging.info("photos are read as a photo viewer shows them: EXIF orientation applied (PIL's "
+               "ImageOps.exif_transpose)")
   for path in paths:
     image, orientation = photos.read_photo(path)
     if orientation != 1:
@@ -72,10 +71,19 @@ def read_photos(paths):
     yield path, image
 
 
-def check_output(path, flag):
-  """The folder of an output file can be written, before the model loads."""
-  if path:
-    workdir_lib.check_writable(os.path.dirname(os.path.abspath(path)), flag=flag)
+def check_paths(saved_model, folders):
+  """Before the model loads: a --saved_model that is not one, then the output folders ({flag:
+  folder, None where not given}) can be written; each one line naming the path and the flag."""
+  if saved_model:
+    workdir_lib.check_saved_model(saved_model)
+  for flag, folder in folders.items():
+    if folder:
+      workdir_lib.check_writable(folder, flag=flag)
+
+
+def folder_of(path):
+  """The folder an output file goes into (None for None)."""
+  return path and os.path.dirname(os.path.abspath(path))
 
 
 def show_table(header, rows, output=None, flag="--output"):
