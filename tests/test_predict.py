@@ -215,3 +215,16 @@ def test_bad_photos_and_flags_are_one_line(triplet_run, tmp_path, capsys):
     line = error_line(capsys, call)
     assert line.startswith(said), (said, line)
   assert not (tmp_path / "e.npy").exists()
+
+
+def test_the_workdirs_threshold_says_its_step_and_when_there_is_none(tmp_path, caplog):
+  metrics = tmp_path / "metrics.json"
+  metrics.write_text(json.dumps({"eval": {"verification_threshold": 0.5, "step": 30}}))
+  with caplog.at_level("WARNING"):
+    assert triplet_predict.metrics_threshold(str(tmp_path), 20) == (
+        0.5, f"from {metrics}, the run's verification pairs at step 30")
+  assert "the threshold is the evaluation's at step 30, the weights are of step 20" in caplog.text
+  metrics.write_text(json.dumps({"eval": {"recall_at_1": 0.5, "step": 30}}))
+  assert triplet_predict.metrics_threshold(str(tmp_path), 30) == (
+      None, f"{metrics} has none (a run without verification pairs)")
+  assert triplet_predict.verdict(0.1, None) == "?"

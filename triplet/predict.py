@@ -9,9 +9,10 @@ One mode a command: --embed_to writes the L2-normalized embeddings [N, D] (float
 photo, in order; a folder stands for its photos, sorted) and beside it a TSV of row and file;
 --compare prints the distance of two photos and whether they are the same identity: closer than
 the verification threshold the run chose on its verification pairs (metrics.json's eval with
---workdir, carried by the SavedModel with --saved_model; --threshold to give one), which is printed
-with where it came from; --gallery prints, per query photo, the --top_k nearest gallery photos with
-their distances and verdicts (--output=FILE writes that table as CSV too).
+--workdir, carried by the SavedModel with --saved_model; --threshold to give one), which is
+printed with where it came from (without one the verdict is "?"); --gallery prints, per query
+photo, the --top_k nearest gallery photos with their distances and verdicts (--output=FILE writes
+that table as CSV too).
 
 --workdir reads a training run: its own config.json (--config.key=value on top) and the weights of
 its best evaluation (best/) or else of its newest checkpoint; --saved_model reads an export. Photos
