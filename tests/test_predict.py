@@ -100,6 +100,7 @@ def inception_run(tmp_path_factory):
   return workdir, config, names
 
 
+@pytest.mark.slow  # an Inception V4 or a trained triplet run: seconds
 def test_inception_classifies_an_exif_photo_as_shown_and_writes_the_csv(inception_run, tmp_path, capsys):
   workdir, config, names = inception_run
   upright, turned, stored = write_photos(tmp_path, 90, 120)
@@ -137,6 +138,7 @@ def triplet_run(tmp_path_factory):
   return workdir, config, results
 
 
+@pytest.mark.slow  # the triplet smoke run trains first
 def test_triplet_compare_uses_the_runs_threshold_from_the_workdir_and_the_saved_model(triplet_run, tmp_path, capsys):
   workdir, config, results = triplet_run
   threshold = json.loads((workdir / "metrics.json").read_text())["eval"]["verification_threshold"]
@@ -166,6 +168,7 @@ def test_triplet_compare_uses_the_runs_threshold_from_the_workdir_and_the_saved_
   assert "threshold 0.0000 (from --threshold)" in out and out.strip().split()[-1] == "different"
 
 
+@pytest.mark.slow  # the triplet smoke run trains first
 def test_triplet_embeds_to_npy_and_searches_a_gallery(triplet_run, tmp_path, capsys):
   workdir, config, _ = triplet_run
   upright, turned, stored = write_photos(tmp_path)
@@ -190,6 +193,7 @@ def test_triplet_embeds_to_npy_and_searches_a_gallery(triplet_run, tmp_path, cap
   assert (tmp_path / "found.csv").read_text().splitlines()[1].startswith(f"{turned},1,{gallery / 'g0.png'},")
 
 
+@pytest.mark.slow  # the triplet smoke run trains first
 def test_bad_photos_and_flags_are_one_line(triplet_run, tmp_path, capsys):
   workdir, config, _ = triplet_run
   upright, _, _ = write_photos(tmp_path)
