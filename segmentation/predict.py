@@ -6,7 +6,7 @@ python -m segmentation.predict --saved_model=runs/segmentation/saved_model --out
 
 --workdir reads a training run: its own config.json (--config.key=value on top), and the weights of
 its best evaluation (best/, with train.best_metric) or else of its newest checkpoint; --saved_model
-reads an export.
+reads an export. Photos are read as a photo viewer shows them (their EXIF orientation applied).
 """
 from common.runtime import process
 
@@ -23,10 +23,8 @@ from PIL import Image
 import tensorflow as tf
 
 from common.app import cli
-from common.contract.errors import CheckpointError
-from common.data import image_checks
+from common.app import predict as predict_lib
 from common.runtime import workdir as workdir_lib
-from common.training import checkpoints
 from segmentation import data as data_lib
 from segmentation import task as task_lib
 from segmentation import visualize
@@ -34,7 +32,7 @@ from segmentation import visualize
 
 def load_saved_model(saved_model):
   """images -> (class ids, class names) of a SavedModel."""
-  serve = tf.saved_model.load(saved_model).signatures["serving_default"]
+  serve = predict_lib.load_saved_model(saved_model).signatures["serving_default"]
 
   def classify(images):
     outputs = serve(images=images)
@@ -46,15 +44,9 @@ def load_saved_model(saved_model):
 
 def load_workdir(workdir, config):
   """images -> (class ids, class names) of a run's best weights, else its newest checkpoint."""
-  directory = checkpoints.best_dir(workdir)
-  if not checkpoints.newest(directory):
-    directory = checkpoints.checkpoint_dir(workdir)
-    if not checkpoints.newest(directory):
-      raise CheckpointError(f"no checkpoint in {directory}; train into --workdir first, or pass --saved_model")
   names = data_lib.class_names(config.data) or tuple(str(c) for c in range(config.data.num_classes))
   model = task_lib.build_model(config, config.data.num_classes)
-  weights = checkpoints.restore_newest(tf.train.Checkpoint(model=model), directory)
-  logging.info("predicting with %s", weights)
+  predict_lib.restore_weights(model, workdir)
   multiple = task_lib.pad_multiple(config)
   logits = tf.function(lambda images: task_lib.whole_image_logits(model, images, multiple), reduce_retracing=True)
   return lambda images: (tf.argmax(logits(images), axis=-1, output_type=tf.int32), names)
@@ -63,20 +55,13 @@ def load_workdir(workdir, config):
 def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, max_pixels=None):
   """Writes <name>_mask.png (VOC palette), <name>_classes.png (class ids as grey levels) and
   <name>_overlay.png (the image beside its prediction, a legend) per image; returns the mask paths.
-  The model: the SavedModel, else the workdir's weights with config (the run's); max_pixels: larger
-  images are refused, default config.data.eval_max_pixels."""
-  max_pixels = max_pixels or config.data.eval_max_pixels
-  if saved_model:
-    workdir_lib.check_saved_model(saved_model)
-  workdir_lib.check_writable(output_dir, flag="--output_dir")  # before the model loads
-  for path in paths:  # from their headers, before the model loads too
-    size = image_checks.header_size(path, path)
-    if size:
-      image_checks.check_eval_size(path, size, max_pixels, setting="--max_pixels")
+  The model: the SavedModel, else the workdir's weights with config (the run's); paths: photos or
+  folders of them; max_pixels: larger images are refused, default config.data.eval_max_pixels."""
+  predict_lib.check_paths(saved_model, {"--output_dir": output_dir})
+  paths = predict_lib.photo_paths(paths, max_pixels or config.data.eval_max_pixels)
   classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   written = []
-  for path in paths:
-    image = data_lib.read_image_file(path)
+  for path, image in predict_lib.read_photos(paths):
     class_ids, names = classify(tf.convert_to_tensor(image[None]))
     class_ids = class_ids[0].numpy().astype(np.uint8)
     stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
@@ -94,16 +79,15 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
 
 def main(argv):
   if len(argv) < 2:
-    raise app.UsageError("give one or more image files")
+    raise app.UsageError("give one or more image files or folders")
   workdir = _WORKDIR.value
   predict_files(argv[1:], _OUTPUT_DIR.value, cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value),
                 saved_model=_SAVED_MODEL.value, workdir=workdir, max_pixels=_MAX_PIXELS.value)
 
 
 if __name__ == "__main__":
-  _CONFIG, _WORKDIR = cli.define_flags("configs/segmentation.py", "runs/segmentation")
-  _SAVED_MODEL = flags.DEFINE_string("saved_model", None, "A SavedModel written by segmentation.train, "
-                                     "instead of --workdir's weights.")
+  _CONFIG, _WORKDIR, _SAVED_MODEL = predict_lib.define_flags("segmentation", "configs/segmentation.py",
+                                                             "runs/segmentation")
   _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
   _MAX_PIXELS = flags.DEFINE_integer("max_pixels", None, "Larger images are refused before the model "
                                      "loads (a whole image's activations grow with its pixels); default "

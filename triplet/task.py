@@ -29,6 +29,7 @@ from triplet import model as model_lib
 SOFTMAX = "softmax"
 LOSS_NAMES = tuple(losses.LOSSES) + (SOFTMAX,)
 ROC_PNG = "roc.png"
+VERIFICATION_THRESHOLD = "verification_threshold"  # the metric: the distance below which a pair is the same
 INITIAL_ROC = "initial_roc.json"  # the ROC curves of the untrained network and of raw pixels
 
 
@@ -181,11 +182,12 @@ def make_classifier_accuracy_fn(classifier, identities, data_config):
   return accuracy
 
 
-def export_model(model, path, data_config):
+def export_model(model, path, data_config, threshold=None):
   """SavedModel: uint8 images [B, H, W, 3] of any size -> {"embeddings": L2-normalized [B, D]}.
 
   Images get the evaluation preprocessing: resize to load_size, center crop,
-  normalization. Only the embedding network is saved (no classifier head).
+  normalization. Only the embedding network is saved (no classifier head). threshold: {"threshold",
+  "step"} (export_threshold), carried by the signature "constants" (common/app/export.py).
   """
   embedding_model = model_lib.embedding_part(model)
   normalizer = normalization.get_normalizer(data_config.normalization)
@@ -195,7 +197,27 @@ def export_model(model, path, data_config):
     images = data_lib.preprocess_for_eval(images, data_config.crop_size, normalizer)
     return {"embeddings": embedding_model(images, training=False)}
 
-  return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES])
+  return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES],
+                                       constants=threshold)
+
+
+def export_threshold(model, evaluate, workdir):
+  """{"threshold": the verification threshold of the weights `model` holds, "step": theirs} for the
+  export, or None without verification pairs. The weights are the best evaluation's (metrics.json's
+  "best" names its step) or the last; the pairs are scored again, as the threshold of the best
+  evaluation is not recorded."""
+  results = evaluate(make_predict_fn(model), False).metrics
+  if VERIFICATION_THRESHOLD not in results:
+    return None
+  try:
+    with open(os.path.join(workdir, "metrics.json")) as f:
+      record = json.load(f)
+  except (OSError, ValueError):  # a worker other than the chief, whose export is not kept
+    record = {}
+  step = (record.get("best") or {}).get("step", record.get("step", -1))
+  logging.info("the export carries the verification threshold %.4f of its weights (step %d)",
+               results[VERIFICATION_THRESHOLD], step)
+  return {"threshold": float(results[VERIFICATION_THRESHOLD]), "step": int(step)}
 
 
 def projector_points(paths, load_size, batch_size):
@@ -302,7 +324,7 @@ def make_task(config, workdir, for_training=True):
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
-      export=lambda model, path: export_model(model, path, cfg),
+      export=lambda model, path: export_model(model, path, cfg, export_threshold(model, evaluate, workdir)),
       describe=(f"{cfg.source} data, {cfg.identities_per_batch} identities x "
                 f"{cfg.images_per_identity} images, {cfg.crop_size}x{cfg.crop_size} crops, "
                 f"loss {config.loss.name}"),

@@ -18,9 +18,14 @@ from common.runtime import signals
 CLASS_NAMES_ASSET = "class_names.txt"
 
 
-def export_saved_model(model, serve, path, input_signature, class_names=()):
+CONSTANTS_SIGNATURE = "constants"
+
+
+def export_saved_model(model, serve, path, input_signature, class_names=(), constants=None):
   """Saves `serve` (a function of the signature's tensors, closing over `model`) as serving_default,
-  with class_names (if given) as the asset assets/class_names.txt, a name per line in id order.
+  with class_names (if given) as the asset assets/class_names.txt, a name per line in id order, and
+  constants (if given: {name: number}) as the outputs of a second signature, CONSTANTS_SIGNATURE,
+  which takes no input (the triplet's verification threshold and the step it was chosen at).
 
   Every OS error (full disk, read-only folder, a file or symlink in the way) is one WorkdirError
   naming the path; the checkpoints and the previous SavedModel are untouched. A signal before the
@@ -39,13 +44,17 @@ def export_saved_model(model, serve, path, input_signature, class_names=()):
     module = tf.Module()
     module.model = model
     module.serve = tf.function(serve, input_signature=input_signature)
+    signatures = {"serving_default": module.serve}
+    if constants:
+      values = {name: tf.constant(value) for name, value in constants.items()}
+      signatures[CONSTANTS_SIGNATURE] = tf.function(lambda: values, input_signature=[])
     with tempfile.TemporaryDirectory() as scratch:
       if class_names:  # the save copies it into assets/
         names_path = os.path.join(scratch, CLASS_NAMES_ASSET)
         with open(names_path, "w", encoding="utf-8") as f:
           f.write("".join(f"{name}\n" for name in class_names))
         module.class_names = tf.saved_model.Asset(names_path)
-      tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+      tf.saved_model.save(module, tmp, signatures=signatures)
     if os.path.lexists(path):
       os.rename(path, old)
     os.rename(tmp, path)

@@ -1,0 +1,98 @@
+"""What the trainers' predict commands share: their flags, the model they read (a run's best weights,
+else its newest checkpoint, with the run's config.json; or a SavedModel), the photos (listed from
+folders, read as a viewer shows them, a bad file one line as in training) and the table they print
+and write as CSV. Nothing is written but where the user's flags say."""
+import csv
+import os
+
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from common.app import cli
+from common.contract.errors import CheckpointError
+from common.data import image_checks
+from common.data import photos
+from common.runtime import workdir as workdir_lib
+from common.training import checkpoints
+
+
+def define_flags(trainer, default_config, default_workdir):
+  """--config, --workdir and --saved_model; returns their flag holders."""
+  config_flag, workdir_flag = cli.define_flags(default_config, default_workdir)
+  saved_model_flag = flags.DEFINE_string("saved_model", None, f"A SavedModel written by {trainer}.train, "
+                                         "instead of --workdir's weights.")
+  return config_flag, workdir_flag, saved_model_flag
+
+
+def restore_weights(model, workdir):
+  """Restores a run's best weights (best/, with train.best_metric), else its newest checkpoint, as
+  evaluate does (a checkpoint rotated away while read is retried); returns the checkpoint's path."""
+  directory = checkpoints.best_dir(workdir)
+  if not checkpoints.newest(directory):
+    directory = checkpoints.checkpoint_dir(workdir)
+    if not checkpoints.newest(directory):
+      raise CheckpointError(f"no checkpoint in {directory}; train into --workdir first, or pass --saved_model")
+  path = checkpoints.restore_newest(tf.train.Checkpoint(model=model), directory)
+  logging.info("predicting with %s", path)
+  return path
+
+
+def checkpoint_step(path):
+  """The step of a run's checkpoint (its number: the loop saves each at its step)."""
+  return int(path.rsplit("-", 1)[1])
+
+
+def load_saved_model(path):
+  """The loaded SavedModel (check_paths checked it)."""
+  logging.info("predicting with %s", path)
+  return tf.saved_model.load(path)
+
+
+def photo_paths(args, max_pixels=None):
+  """The photo files of the command's arguments (a folder: its photos), and with max_pixels each
+  photo's size checked from its header, before the model loads."""
+  paths = photos.photo_paths(args)
+  for path in paths if max_pixels else ():
+    size = image_checks.header_size(path, path)
+    if size:
+      image_checks.check_eval_size(path, size, max_pixels, setting="--max_pixels")
+  return paths
+
+
+def read_photos(paths):
+  """Yields (path, uint8 [h, w, 3]) of each photo as a viewer shows it (its EXIF orientation applied)."""
+  logging.info("photos are read as a photo viewer shows them: EXIF orientation applied (PIL's "
+               "ImageOps.exif_transpose)")
+  for path in paths:
+    image, orientation = photos.read_photo(path)
+    if orientation != 1:
+      logging.info("%s: EXIF orientation %d, turned upright as a viewer shows it", path, orientation)
+    yield path, image
+
+
+def check_paths(saved_model, folders):
+  """Before the model loads: a --saved_model that is not one, then the output folders ({flag:
+  folder, None where not given}) can be written; each one line naming the path and the flag."""
+  if saved_model:
+    workdir_lib.check_saved_model(saved_model)
+  for flag, folder in folders.items():
+    if folder:
+      workdir_lib.check_writable(folder, flag=flag)
+
+
+def folder_of(path):
+  """The folder an output file goes into (None for None)."""
+  return path and os.path.dirname(os.path.abspath(path))
+
+
+def show_table(header, rows, output=None, flag="--output"):
+  """Prints rows under header as aligned columns (floats with 4 decimals); with output, writes them
+  as CSV there too."""
+  cells = [list(header)] + [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row] for row in rows]
+  widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+  print("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells), flush=True)
+  if output:
+    with workdir_lib.writing(output, flag=flag), open(output, "w", newline="", encoding="utf-8") as f:
+      csv.writer(f).writerows([header] + [list(row) for row in rows])
+    logging.info("wrote %s", output)

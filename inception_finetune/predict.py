@@ -1,0 +1,101 @@
+"""Classifies photos with a fine-tuned Inception V4: the --top_k classes of each photo, with their
+names and probabilities, printed as a table and with --output written as CSV.
+
+python -m inception_finetune.predict --workdir=runs/dogs photo.jpg
+python -m inception_finetune.predict --saved_model=runs/dogs/saved_model --top_k=3 --output=runs/dogs_top3.csv photos/
+
+Photos of any size, format and colour mode (a folder stands for its photos, sorted) get the
+evaluation's preprocessing (central crop data.central_fraction, TF-Slim's bilinear resize to
+data.image_size, [-1, 1]) and are read as a photo viewer shows them (their EXIF orientation applied).
+
+--workdir reads a training run: its own config.json (--config.key=value on top), its classes
+(labels.txt) and the weights of its best evaluation (best/) or else of its newest checkpoint; as in
+`evaluate --workdir`, BatchNorm layers trained from random weights are first calibrated on training
+images. --saved_model reads an export (class names from its assets/class_names.txt).
+"""
+from common.runtime import process
+
+if __name__ == "__main__":
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
+
+import os
+
+from absl import app
+from absl import flags
+import numpy as np
+import tensorflow as tf
+
+from common.app import cli
+from common.app import export as export_lib
+from common.app import predict as predict_lib
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
+from inception_finetune import data as data_lib
+from inception_finetune import preprocessing
+from inception_finetune import task as task_lib
+
+
+def load_saved_model(saved_model):
+  """(image -> class probabilities, class names) of an export (ids for an export without names)."""
+  serve = predict_lib.load_saved_model(saved_model).signatures["serving_default"]
+  names_path = os.path.join(saved_model, "assets", export_lib.CLASS_NAMES_ASSET)
+  names = None
+  if os.path.isfile(names_path):
+    with open(names_path, encoding="utf-8") as f:
+      names = f.read().splitlines()
+  num_classes = serve.structured_outputs["probabilities"].shape[-1]
+  return (lambda image: serve(images=tf.constant(image[None]))["probabilities"][0].numpy(),
+          names or [str(i) for i in range(num_classes)])
+
+
+def load_workdir(workdir, config):
+  """(image -> class probabilities, class names) of a run's weights, as evaluate reads them."""
+  names, _ = data_lib.read_run_classes(workdir)
+  if names is None:
+    raise DataError(f"{os.path.join(workdir, data_lib.LABELS_FILENAME)} does not exist: give the "
+                    "--workdir of an inception_finetune training run, or pass --saved_model")
+  model = task_lib.build_model(config, len(names))
+  predict_lib.restore_weights(model, workdir)
+  if task_lib.fresh_batch_norm_layers(model, config):  # statistics a checkpoint does not hold
+    task_lib.make_task(config, workdir, for_training=False).calibrate(model)
+  logits = task_lib.make_predict_fn(model)
+  size, fraction = config.data.image_size, config.data.central_fraction
+
+  def probabilities(image):
+    prepared = preprocessing.preprocess_for_eval(tf.constant(image), size, size, fraction)
+    return tf.nn.softmax(logits(prepared[None]))[0].numpy()
+
+  return probabilities, names
+
+
+def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=None):
+  """Prints (and with output writes as CSV) the top_k classes of each photo; returns the rows
+  [photo, rank, class id, class name, probability]."""
+  if top_k < 1:
+    raise ConfigError(f"--top_k={top_k} must be 1 or more")
+  paths = predict_lib.photo_paths(paths)
+  predict_lib.check_paths(saved_model, {"--output": predict_lib.folder_of(output)})
+  probabilities, names = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
+  rows = []
+  for path, image in predict_lib.read_photos(paths):
+    scores = probabilities(image)
+    for rank, class_id in enumerate(np.argsort(-scores, kind="stable")[:top_k], 1):
+      rows.append([path, rank, int(class_id), names[class_id], float(scores[class_id])])
+  predict_lib.show_table(["image", "rank", "class_id", "class_name", "probability"], rows, output)
+  return rows
+
+
+def main(argv):
+  if len(argv) < 2:
+    raise app.UsageError("give one or more photos or folders")
+  workdir = _WORKDIR.value
+  classify(argv[1:], cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value), workdir=workdir,
+           saved_model=_SAVED_MODEL.value, top_k=_TOP_K.value, output=_OUTPUT.value)
+
+
+if __name__ == "__main__":
+  _CONFIG, _WORKDIR, _SAVED_MODEL = predict_lib.define_flags("inception_finetune", "configs/inception_v4.py",
+                                                             "runs/inception_v4")
+  _TOP_K = flags.DEFINE_integer("top_k", 5, "How many classes to show per photo.")
+  _OUTPUT = flags.DEFINE_string("output", None, "Also write the table as CSV here.")
+  cli.run(main)

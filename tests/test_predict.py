@@ -1,0 +1,234 @@
+"""The trainers' predict commands, in one interpreter: a photo stored turned with EXIF orientation 6
+predicts as the upright photo does (segmentation's mask, Inception's classes, triplet's embedding);
+triplet's compare uses the verification threshold the run chose, from metrics.json (--workdir) and
+from the SavedModel (--saved_model); bad files and flags are one line. The README's command lines
+run in tests/test_readme_commands.py."""
+import json
+import sys
+
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+
+from common.app import cli
+from common.contract import config as config_lib
+from common.data import class_labels
+from common.training import checkpoints
+import helpers
+from inception_finetune import predict as inception_predict
+from inception_finetune import task as inception_task
+from segmentation import predict as segmentation_predict
+from segmentation import task as segmentation_task
+from triplet import predict as triplet_predict
+from triplet import train as triplet_train
+
+EXIF_ORIENTATION = 0x0112
+
+
+@pytest.fixture(autouse=True)
+def command_line(monkeypatch):
+  """The command line of `predict --workdir=W` (run_config reads --config arguments from it)."""
+  monkeypatch.setattr(sys, "argv", ["predict"])
+
+
+def write_photos(root, height=48, width=64, seed=0):
+  """(upright.png, turned.jpg, stored.png): a photo with a bright corner, the same stored turned 90
+  degrees with EXIF orientation 6 (a viewer shows it upright), and turned.jpg's stored pixels as
+  they are. The upright PNG holds exactly the pixels a viewer shows of the JPEG."""
+  rng = np.random.default_rng(seed)
+  pixels = rng.integers(0, 120, (height, width, 3)).astype(np.uint8)
+  pixels[:height // 3, :width // 4] = 250  # top-left: shows which way up the photo is
+  exif = Image.Exif()
+  exif[EXIF_ORIENTATION] = 6
+  Image.fromarray(pixels).transpose(Image.Transpose.ROTATE_90).save(root / "turned.jpg", exif=exif, quality=95)
+  with Image.open(root / "turned.jpg") as turned:
+    stored = np.asarray(turned.convert("RGB"))
+  Image.fromarray(stored).save(root / "stored.png")
+  upright = np.rot90(stored, k=-1)  # orientation 6: turn the stored pixels 90 degrees clockwise
+  Image.fromarray(upright).save(root / "upright.png")
+  assert upright.shape[:2] == (height, width)
+  return [str(root / name) for name in ("upright.png", "turned.jpg", "stored.png")]
+
+
+def write_run(trainer, workdir, model, config, directory="checkpoints"):
+  config_lib.write_config(config, str(workdir))
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(workdir / directory),
+                             max_to_keep=1).save(checkpoint_number=7)
+
+
+def error_line(capsys, function, *args, **kwargs):
+  """The one `error:` line of function(*args, **kwargs) behind the commands' guard, exit 2."""
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_guarded(lambda: function(*args, **kwargs))
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert exit_info.value.code == 2 and lines[-1].startswith("error: "), lines
+  return lines[-1]
+
+
+def test_segmentation_predicts_an_exif_photo_as_shown(tmp_path, caplog):
+  config = helpers.make_config("segmentation", "smoke")
+  tf.keras.utils.set_random_seed(0)
+  write_run("segmentation", tmp_path / "run", segmentation_task.build_model(config, config.data.num_classes),
+            config)
+  upright, turned, stored = write_photos(tmp_path)
+  config = cli.run_config(type("Flag", (), {"value": config}), str(tmp_path / "run"))
+  with caplog.at_level("INFO"):
+    segmentation_predict.predict_files([upright, turned, stored], str(tmp_path / "out"), config,
+                                       workdir=str(tmp_path / "run"))
+  masks = {name: np.array(Image.open(tmp_path / "out" / f"{name}_classes.png"))
+           for name in ("upright", "turned", "stored")}
+  assert masks["turned"].shape == (48, 64) and masks["stored"].shape == (64, 48)
+  np.testing.assert_array_equal(masks["turned"], masks["upright"])
+  assert f"{turned}: EXIF orientation 6, turned upright as a viewer shows it" in caplog.text
+  assert "EXIF orientation applied (PIL's ImageOps.exif_transpose)" in caplog.text
+  assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+      f"{name}_{kind}.png" for name in masks for kind in ("classes", "mask", "overlay"))
+
+
+@pytest.fixture(scope="module")
+def inception_run(tmp_path_factory):
+  """An Inception V4 run as fine-tuning from a TF-Slim checkpoint leaves it (its BatchNorm layers
+  restored, so no calibration), untrained: config.json, labels.txt, a checkpoint."""
+  workdir = tmp_path_factory.mktemp("inception")
+  config = helpers.make_config("inception_v4", "smoke", checkpoint_path="inception_v4.ckpt")
+  names = [f"breed_{i}" for i in range(config.data.num_classes)]
+  tf.keras.utils.set_random_seed(0)
+  write_run("inception_v4", workdir, inception_task.build_model(config, len(names)), config)
+  (workdir / "labels.txt").write_text(class_labels.labels_file_text(names))
+  return workdir, config, names
+
+
+@pytest.mark.slow  # an Inception V4 or a trained triplet run: seconds
+def test_inception_classifies_an_exif_photo_as_shown_and_writes_the_csv(inception_run, tmp_path, capsys):
+  workdir, config, names = inception_run
+  upright, turned, stored = write_photos(tmp_path, 90, 120)
+  output = tmp_path / "top.csv"
+  rows = inception_predict.classify([upright, turned, stored], config, workdir=str(workdir),
+                                    top_k=len(names), output=str(output))
+  table = capsys.readouterr().out
+  print(table)
+  ranked = {path: [row for row in rows if row[0] == path] for path in (upright, turned, stored)}
+  assert [row[1] for row in ranked[turned]] == list(range(1, len(names) + 1))
+  assert ranked[turned][0][2:4] == ranked[upright][0][2:4]  # the top-1 class id and name
+  assert all(row[3] == names[row[2]] for row in rows)
+  # Every class's probability as the upright photo's; the stored pixels (turned) are another input.
+  by_class = {path: np.array([row[4] for row in sorted(found, key=lambda row: row[2])])
+              for path, found in ranked.items()}
+  assert by_class[turned].sum() == pytest.approx(1, abs=1e-5)
+  same = np.abs(by_class[turned] - by_class[upright]).max()
+  assert same < 1e-6 and np.abs(by_class[stored] - by_class[upright]).max() > 10 * max(same, 1e-7)
+  # The table: a header and a row per class of each photo, as the CSV has them.
+  lines = table.strip().splitlines()
+  assert lines[0].split() == ["image", "rank", "class_id", "class_name", "probability"]
+  assert len(lines) == 1 + 3 * len(names)
+  assert lines[1].split() == [upright, "1", str(rows[0][2]), rows[0][3], f"{rows[0][4]:.4f}"]
+  written = output.read_text().splitlines()
+  assert written[0] == "image,rank,class_id,class_name,probability" and len(written) == len(lines)
+  assert written[1].split(",") == [upright, "1", str(rows[0][2]), rows[0][3], repr(rows[0][4])]
+
+
+@pytest.fixture(scope="module")
+def triplet_run(tmp_path_factory):
+  """The smoke preset trained (20 steps), with its metrics.json and SavedModel."""
+  workdir = tmp_path_factory.mktemp("triplet")
+  config = helpers.make_config("triplet", "smoke")
+  results = triplet_train.train_and_evaluate(config, str(workdir))
+  return workdir, config, results
+
+
+@pytest.mark.slow  # the triplet smoke run trains first
+def test_triplet_compare_uses_the_runs_threshold_from_the_workdir_and_the_saved_model(triplet_run, tmp_path, capsys):
+  workdir, config, results = triplet_run
+  threshold = json.loads((workdir / "metrics.json").read_text())["eval"]["verification_threshold"]
+  assert threshold == results["eval"]["verification_threshold"]
+  step = results["eval"]["step"]
+  upright, turned, _ = write_photos(tmp_path)
+  sources = {"workdir": f"from {workdir / 'metrics.json'}, the run's verification pairs at step {step}",
+             "saved_model": f"from the SavedModel, the run's verification pairs at step {step}"}
+  distances = {}
+  for source, said in sources.items():
+    model = {source: str(workdir / "saved_model") if source == "saved_model" else str(workdir)}
+    embedder = (triplet_predict.load_saved_model(model[source]) if source == "saved_model"
+                else triplet_predict.load_workdir(str(workdir), config))
+    assert embedder.threshold == pytest.approx(threshold, abs=1e-5), source
+    capsys.readouterr()
+    distances[source] = triplet_predict.run([upright, turned], config, compare_two=True, **model)
+    out = capsys.readouterr().out
+    print(out)
+    assert f"threshold {threshold:.4f} ({said}): a pair is the same identity below it" in out, out
+    assert out.strip().splitlines()[-1].split() == [upright, turned, f"{distances[source]:.4f}", "same"]
+  # The EXIF photo is the upright one to the network, from the checkpoint and from the export alike.
+  assert distances["workdir"] < 1e-4 and distances["saved_model"] < 1e-4
+  # --threshold instead of the run's.
+  capsys.readouterr()
+  triplet_predict.run([upright, turned], config, workdir=str(workdir), compare_two=True, threshold=0.0)
+  out = capsys.readouterr().out
+  assert "threshold 0.0000 (from --threshold)" in out and out.strip().split()[-1] == "different"
+
+
+@pytest.mark.slow  # the triplet smoke run trains first
+def test_triplet_embeds_to_npy_and_searches_a_gallery(triplet_run, tmp_path, capsys):
+  workdir, config, _ = triplet_run
+  upright, turned, stored = write_photos(tmp_path)
+  gallery = tmp_path / "gallery"
+  gallery.mkdir()
+  for i, path in enumerate((upright, stored)):
+    Image.open(path).save(gallery / f"g{i}.png")
+  saved_model = str(workdir / "saved_model")
+  embeddings = triplet_predict.run([str(tmp_path / "turned.jpg"), str(gallery)], config,
+                                   saved_model=saved_model, embed_path=str(tmp_path / "out" / "e.npy"))
+  np.testing.assert_array_equal(np.load(tmp_path / "out" / "e.npy"), embeddings)
+  assert embeddings.shape == (3, config.model.embedding_size) and embeddings.dtype == np.float32
+  assert (tmp_path / "out" / "e.tsv").read_text() == (
+      f"row\tfile\n0\t{turned}\n1\t{gallery / 'g0.png'}\n2\t{gallery / 'g1.png'}\n")
+  np.testing.assert_allclose(embeddings[0], embeddings[1], atol=1e-5)  # the EXIF photo as shown
+  assert np.linalg.norm(embeddings[0] - embeddings[2]) > 1e-3  # not as stored
+  capsys.readouterr()
+  rows = triplet_predict.run([turned], config, saved_model=saved_model, gallery=str(gallery), top_k=1,
+                             output=str(tmp_path / "found.csv"))
+  print(capsys.readouterr().out)
+  assert [row[:3] for row in rows] == [[turned, 1, str(gallery / "g0.png")]]
+  assert (tmp_path / "found.csv").read_text().splitlines()[1].startswith(f"{turned},1,{gallery / 'g0.png'},")
+
+
+@pytest.mark.slow  # the triplet smoke run trains first
+def test_bad_photos_and_flags_are_one_line(triplet_run, tmp_path, capsys):
+  workdir, config, _ = triplet_run
+  upright, _, _ = write_photos(tmp_path)
+  (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+  (tmp_path / "empty").mkdir()
+  run = triplet_predict.run
+  cases = [  # (the call, what its line says)
+      (lambda: run([upright, str(tmp_path / "broken.jpg")], config, workdir=str(workdir), compare_two=True),
+       f"error: {tmp_path / 'broken.jpg'}: does not decode as an image"),
+      (lambda: run([upright, str(tmp_path / "missing.png")], config, workdir=str(workdir), compare_two=True),
+       f"error: {tmp_path / 'missing.png'}: no such file"),
+      (lambda: run([str(tmp_path / "empty")], config, workdir=str(workdir), embed_path="e.npy"),
+       f"error: {tmp_path / 'empty'}: no files ending in"),
+      (lambda: run([upright], config, workdir=str(workdir), compare_two=True),
+       "error: --compare takes two photos, got 1"),
+      (lambda: run([upright], config, workdir=str(workdir)), "error: give one of --embed_to=FILE.npy"),
+      (lambda: run([upright, upright], config, saved_model=str(tmp_path / "nothing"), compare_two=True),
+       f"error: SavedModel {tmp_path / 'nothing'} does not exist"),
+      (lambda: run([upright], config, workdir=str(tmp_path), gallery=str(tmp_path)),
+       f"error: no checkpoint in {checkpoints.checkpoint_dir(str(tmp_path))}"),
+  ]
+  for call, said in cases:
+    line = error_line(capsys, call)
+    assert line.startswith(said), (said, line)
+  assert not (tmp_path / "e.npy").exists()
+
+
+def test_the_workdirs_threshold_says_its_step_and_when_there_is_none(tmp_path, caplog):
+  metrics = tmp_path / "metrics.json"
+  metrics.write_text(json.dumps({"eval": {"verification_threshold": 0.5, "step": 30}}))
+  with caplog.at_level("WARNING"):
+    assert triplet_predict.metrics_threshold(str(tmp_path), 20) == (
+        0.5, f"from {metrics}, the run's verification pairs at step 30")
+  assert "the threshold is the evaluation's at step 30, the weights are of step 20" in caplog.text
+  metrics.write_text(json.dumps({"eval": {"recall_at_1": 0.5, "step": 30}}))
+  assert triplet_predict.metrics_threshold(str(tmp_path), 30) == (
+      None, f"{metrics} has none (a run without verification pairs)")
+  assert triplet_predict.verdict(0.1, None) == "?"

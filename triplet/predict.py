@@ -1,0 +1,196 @@
+"""Uses a triplet run's embeddings: embeds photos to a .npy, compares two photos, or searches a
+gallery folder for the photos nearest to each query.
+
+python -m triplet.predict --workdir=runs/triplet --embed_to=runs/embeddings.npy photos/   # + embeddings.tsv
+python -m triplet.predict --workdir=runs/triplet --compare a.jpg b.jpg
+python -m triplet.predict --saved_model=runs/triplet/saved_model --gallery=photos/ --top_k=3 query.jpg
+
+One mode a command: --embed_to writes the L2-normalized embeddings [N, D] (float32, one row per
+photo, in order; a folder stands for its photos, sorted) and beside it a TSV of row and file;
+--compare prints the distance of two photos and whether they are the same identity: closer than
+the verification threshold the run chose on its verification pairs (metrics.json's eval with
+--workdir, carried by the SavedModel with --saved_model; --threshold to give one), which is
+printed with where it came from (without one the verdict is "?"); --gallery prints, per query
+photo, the --top_k nearest gallery photos with their distances and verdicts (--output=FILE writes
+that table as CSV too).
+
+--workdir reads a training run: its own config.json (--config.key=value on top) and the weights of
+its best evaluation (best/) or else of its newest checkpoint; --saved_model reads an export. Photos
+get the evaluation's preprocessing (resized to data.load_size, the central data.crop_size crop) and
+are read as a photo viewer shows them (their EXIF orientation applied).
+"""
+from common.runtime import process
+
+if __name__ == "__main__":
+  process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
+
+import json
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from common.app import cli
+from common.app import export as export_lib
+from common.app import predict as predict_lib
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
+from common.data import normalization
+from common.runtime import workdir as workdir_lib
+from triplet import data as data_lib
+from triplet import task as task_lib
+
+
+class Embedder:
+  """embed(uint8 [h, w, 3]) -> L2-normalized [D], and the verification threshold with its source
+  (None when the run has none)."""
+
+  def __init__(self, embed, threshold, source):
+    self.embed, self.threshold, self.source = embed, threshold, source
+
+
+def load_saved_model(saved_model):
+  loaded = predict_lib.load_saved_model(saved_model)
+  serve = loaded.signatures["serving_default"]
+  constants = loaded.signatures.get(export_lib.CONSTANTS_SIGNATURE)
+  threshold, source = None, "the SavedModel carries none (an export without verification pairs, or older)"
+  if constants is not None:
+    values = constants()
+    threshold = float(values["threshold"])
+    source = f"from the SavedModel, the run's verification pairs at step {int(values['step'])}"
+  return Embedder(lambda image: serve(images=tf.constant(image[None]))["embeddings"][0].numpy(),
+                  threshold, source)
+
+
+def load_workdir(workdir, config):
+  """The run's weights with the evaluation's preprocessing, and metrics.json's threshold."""
+  cfg = config.data
+  softmax = config.loss.name == task_lib.SOFTMAX  # its classifier head is in the checkpoint
+  identities = data_lib.load_train_identities(cfg, config.seed, workdir) if softmax else ()
+  model = task_lib.build_model(config, len(identities))
+  step = predict_lib.checkpoint_step(predict_lib.restore_weights(model, workdir))
+  predict = task_lib.make_predict_fn(model)
+  normalizer = normalization.get_normalizer(cfg.normalization)
+
+  def embed(image):
+    resized = tf.image.resize(image, [cfg.load_size, cfg.load_size])  # as data.load_image
+    return predict(data_lib.preprocess_for_eval(resized, cfg.crop_size, normalizer)[None])[0].numpy()
+
+  threshold, source = metrics_threshold(workdir, step)
+  return Embedder(embed, threshold, source)
+
+
+def metrics_threshold(workdir, weights_step):
+  """(threshold, its source) of metrics.json's eval, the run's last evaluation; (None, why) without."""
+  path = os.path.join(workdir, "metrics.json")
+  try:
+    with open(path) as f:
+      evaluation = json.load(f).get("eval", {})
+  except (OSError, ValueError, AttributeError):
+    return None, f"{path} is missing or unreadable"
+  if task_lib.VERIFICATION_THRESHOLD not in evaluation:
+    return None, f"{path} has none (a run without verification pairs)"
+  step = evaluation.get("step")
+  if step != weights_step:
+    logging.warning("the threshold is the evaluation's at step %s, the weights are of step %d (the "
+                    "best evaluation's); the run's SavedModel carries the threshold of its weights",
+                    step, weights_step)
+  return float(evaluation[task_lib.VERIFICATION_THRESHOLD]), \
+      f"from {path}, the run's verification pairs at step {step}"
+
+
+def embed_all(embedder, paths):
+  """[N, D] float32 embeddings of the photos, in order."""
+  return np.stack([embedder.embed(image) for _, image in predict_lib.read_photos(paths)]).astype(np.float32)
+
+
+def verdict(distance, threshold):
+  return "?" if threshold is None else "same" if distance < threshold else "different"
+
+
+def embed_to(embedder, paths, output):
+  """Writes output (.npy) and its index, output with .tsv for .npy: row and file of each embedding."""
+  embeddings = embed_all(embedder, paths)
+  index = os.path.splitext(output)[0] + ".tsv"
+  with workdir_lib.writing(output, flag="--embed_to"):
+    np.save(output, embeddings)
+    with open(index, "w", encoding="utf-8") as f:
+      f.write("row\tfile\n" + "".join(f"{row}\t{path}\n" for row, path in enumerate(paths)))
+  print(f"{len(paths)} embeddings of {embeddings.shape[1]} values in {output}, their files in {index}")
+  return embeddings
+
+
+def compare(embedder, paths):
+  a, b = embed_all(embedder, paths)
+  distance = float(np.linalg.norm(a - b))
+  predict_lib.show_table(["image_a", "image_b", "distance", "verdict"],
+                         [[paths[0], paths[1], distance, verdict(distance, embedder.threshold)]])
+  return distance
+
+
+def search(embedder, queries, gallery, top_k, output):
+  """Prints (and with output writes as CSV) the top_k gallery photos nearest to each query."""
+  gallery_paths = predict_lib.photo_paths([gallery])
+  embeddings = embed_all(embedder, gallery_paths + queries)
+  found = embeddings[:len(gallery_paths)]
+  rows = []
+  for query, embedding in zip(queries, embeddings[len(gallery_paths):]):
+    distances = np.linalg.norm(found - embedding, axis=1)
+    for rank, i in enumerate(np.argsort(distances, kind="stable")[:top_k], 1):
+      rows.append([query, rank, gallery_paths[i], float(distances[i]),
+                   verdict(distances[i], embedder.threshold)])
+  predict_lib.show_table(["query", "rank", "gallery_image", "distance", "verdict"], rows, output)
+  return rows
+
+
+def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compare_two=False,
+        gallery=None, top_k=5, output=None, threshold=None):
+  """The command: one of embed_path, compare_two, gallery; returns what the mode gives."""
+  modes = [name for name, given in (("--embed_to", embed_path), ("--compare", compare_two),
+                                    ("--gallery", gallery)) if given]
+  if len(modes) != 1:
+    raise ConfigError(f"give one of --embed_to=FILE.npy, --compare A B, --gallery=DIR (got "
+                      f"{', '.join(modes) or 'none'})")
+  paths = predict_lib.photo_paths(args)
+  if compare_two and len(paths) != 2:
+    raise DataError(f"--compare takes two photos, got {len(paths)}: {' '.join(paths[:4])}")
+  if top_k < 1:
+    raise ConfigError(f"--top_k={top_k} must be 1 or more")
+  predict_lib.check_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
+                                        "--output": predict_lib.folder_of(output)})
+  embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
+  if threshold is not None:
+    embedder.threshold, embedder.source = threshold, "from --threshold"
+  if not embed_path:
+    shown = f"{embedder.threshold:.4f}" if embedder.threshold is not None else "none"
+    print(f"threshold {shown} ({embedder.source}): a pair is the same identity below it")
+  if embed_path:
+    return embed_to(embedder, paths, embed_path)
+  if compare_two:
+    return compare(embedder, paths)
+  return search(embedder, paths, gallery, top_k, output)
+
+
+def main(argv):
+  if len(argv) < 2:
+    raise app.UsageError("give one or more photos or folders")
+  workdir = _WORKDIR.value
+  run(argv[1:], cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value), workdir=workdir,
+      saved_model=_SAVED_MODEL.value, embed_path=_EMBED_TO.value, compare_two=_COMPARE.value,
+      gallery=_GALLERY.value, top_k=_TOP_K.value, output=_OUTPUT.value, threshold=_THRESHOLD.value)
+
+
+if __name__ == "__main__":
+  _CONFIG, _WORKDIR, _SAVED_MODEL = predict_lib.define_flags("triplet", "configs/triplet.py", "runs/triplet")
+  _EMBED_TO = flags.DEFINE_string("embed_to", None, "Write the photos' embeddings to this .npy, their "
+                                  "files to the .tsv beside it.")
+  _COMPARE = flags.DEFINE_boolean("compare", False, "Compare the two photos given: distance, same or different.")
+  _GALLERY = flags.DEFINE_string("gallery", None, "A folder of photos to search for those nearest each query.")
+  _TOP_K = flags.DEFINE_integer("top_k", 5, "How many gallery photos to show per query.")
+  _OUTPUT = flags.DEFINE_string("output", None, "With --gallery: also write the table as CSV here.")
+  _THRESHOLD = flags.DEFINE_float("threshold", None, "The distance below which a pair is the same "
+                                  "identity; default the run's (metrics.json, or the SavedModel's).")
+  cli.run(main)
