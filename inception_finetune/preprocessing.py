@@ -37,7 +37,11 @@ _CONTRAST_RANGE = (0.5, 1.5)
 
 
 def preprocess_for_eval(image, height, width, central_fraction=0.875):
-  """uint8 HxWx3 -> float32 height x width x 3 in [-1, 1]: central crop, legacy bilinear resize."""
+  """uint8 HxWx3 -> float32 height x width x 3 in [-1, 1]: central crop, legacy bilinear resize.
+
+  A batch [N, H, W, 3] of images of one size (a SavedModel's input) is done at once, with no
+  per-image loop (which neither ONNX nor LiteRT converters can lower): the same crop and resize.
+  """
   image = to_unit_range(image)
   if central_fraction:
     image = tf.image.central_crop(image, central_fraction=central_fraction)
@@ -78,11 +82,12 @@ def preprocess_for_train(image, height, width, seed, bbox=None, fast_mode=True,
 
 
 def resize_legacy(image, height, width, resize_op=tf.raw_ops.ResizeBilinear):
-  """Resizes an HxWxC float image with a TF1 kernel (no half-pixel centres, corners not aligned)."""
-  resized = resize_op(images=image[tf.newaxis], size=[height, width], align_corners=False)
-  resized = tf.cast(resized[0], tf.float32)
-  resized.set_shape([height, width, image.shape[-1]])
-  return resized
+  """Resizes an HxWxC float image, or a batch NxHxWxC, with a TF1 kernel (no half-pixel centres,
+  corners not aligned)."""
+  batch = image if image.shape.rank == 4 else image[tf.newaxis]
+  resized = tf.cast(resize_op(images=batch, size=[height, width], align_corners=False), tf.float32)
+  resized.set_shape([batch.shape[0], height, width, image.shape[-1]])
+  return resized if image.shape.rank == 4 else resized[0]
 
 
 def distorted_bounding_box_crop(image, bbox, seed, min_object_covered=0.1,

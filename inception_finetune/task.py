@@ -273,9 +273,8 @@ def export_model(model, path, image_size, central_fraction, class_names):
   """
 
   def serve(images):
-    prepared = tf.map_fn(
-        lambda image: preprocessing.preprocess_for_eval(image, image_size, image_size, central_fraction),
-        images, fn_output_signature=tf.float32)
+    # The whole batch at once (its images have one size): no per-image loop for converters to lower.
+    prepared = preprocessing.preprocess_for_eval(images, image_size, image_size, central_fraction)
     logits = tf.cast(inception_v4.main_logits(model(prepared, training=False)), tf.float32)
     class_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return {"probabilities": tf.nn.softmax(logits), "class_ids": class_ids,

@@ -27,6 +27,12 @@ trainer's predict function (images/s, per precision). Every rate is a median
 over timed windows after warm-up. On a machine without a GPU, mixed precision
 runs only with XLA unless --variants asks for it (see CPU_SLOW_VARIANTS).
 
+--exports adds a row per export format of scripts/export.py beside the SavedModel (the Keras
+model's serving signature): ONNX in onnxruntime, LiteRT float32, float16 and int8 in LiteRT's
+interpreter, each timed on one image and on the first evaluation batch (the uint8 images the
+SavedModel's evaluation reads), conversions not timed. It needs requirements-export.txt (else one
+line says skipped); Inception V4's ONNX conversion takes minutes and ~13.5 GB of memory.
+
 --peers adds the side-by-side comparisons with what people use instead
 (a missing peer is reported as skipped): timm's inception_v4 on PyTorch,
 pytorch-metric-learning's miners and triplet loss, and a PIL-in-a-generator
@@ -67,6 +73,7 @@ from common.runtime import hardware
 from common.training import distributed
 from common.training import train_loop
 from common.training import train_step
+from scripts import export as export_lib
 from scripts import flops as flops_lib
 from scripts import memory_estimate
 from scripts.peers import measure
@@ -329,6 +336,46 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
   return rows, eval_rate, max(estimates, key=lambda e: e.total)
 
 
+EXPORTS = (("SavedModel", "saved_model", None), ("ONNX", "onnx", None), ("LiteRT float32", "litert", None),
+           ("LiteRT float16", "litert", "float16"), ("LiteRT int8", "litert", "int8"))
+
+
+def benchmark_exports(task, settings, workdir):
+  """A row per export format: ms for one image and images/s on the first evaluation batch of the
+  float32 Keras model's SavedModel and of its conversions, each in its own runtime; or
+  {"skipped": why} without the export extra."""
+  try:
+    export_lib.require("onnx")
+    export_lib.require("litert")
+  except export_lib.ExportError as e:
+    return {"skipped": str(e)}
+  keras.mixed_precision.set_global_policy("float32")
+  saved_model = task.export(task.build_model(), os.path.join(workdir, "saved_model"))
+  reference = export_lib.load("saved_model", saved_model)
+  first = []
+
+  def keep_first_batch(images):
+    first[:] = first or [images.numpy()]
+    return reference(images=images)
+
+  export_lib.evaluate(task, keep_first_batch)  # the uint8 images its evaluation reads
+  batch = first[0]
+  rows = []
+  for name, fmt, quantize in EXPORTS:
+    progress(f"{name}: converting and timing")
+    path = saved_model
+    if fmt != "saved_model":
+      path = os.path.join(workdir, f"model-{quantize or 'float32'}.{fmt}")
+      export_lib.convert(reference, fmt, path, batch.shape[1:3] if fmt == "litert" else None, quantize,
+                         list(batch))
+    serve = export_lib.load(fmt, path)
+    seconds = [time_steps(lambda images=images: _fetch(serve(images)), settings, warmup_steps=1)[0]
+               for images in (batch[:1], batch)]
+    rows.append({"format": name, "one_image_ms": 1000 * seconds[0],
+                 "batch_images_per_s": len(batch) / seconds[1]})
+  return {"image_size": batch.shape[1:3], "batch_size": len(batch), "rows": rows}
+
+
 def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
   """Measures one trainer; returns its result dict (rows, input rate, estimate)."""
   config = load_config(trainer, args.preset, args.set, args.batch_size)
@@ -354,6 +401,7 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
     rows += precision_rows
   keras.mixed_precision.set_global_policy("float32")
   own = estimates.get(config.mixed_precision) or next(iter(estimates.values()))
+  exports = benchmark_exports(task, settings, os.path.join(workdir, f"{trainer}-exports")) if args.exports else None
   return {
       "trainer": trainer,
       "preset": args.preset or "default",
@@ -370,6 +418,7 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
       "preset_estimate_table": own.format_table(budget_bytes=BUDGET_MB * MIB),
       "settings": dataclasses.asdict(settings) | {"warmup_steps": WARMUP_STEPS},
       "seconds": time.time() - started,
+      "exports": exports,
       "_task": task,
       "_config": config,
       "_settings": settings,
@@ -562,11 +611,25 @@ def format_trainer(result):
       f"against the {BUDGET_MB} MiB of a GTX 960M:",
       result["preset_estimate_table"],
   ]
+  if result["exports"]:
+    lines.append(format_exports(result["exports"]))
   for row in result["rows"]:
     if "gpu_peak_mib" in row and row["variant"].split("+")[0] == result["preset_precision"]:
       error = row["estimate_mib"] / row["gpu_peak_mib"] - 1
       lines.append(f"  measured GPU peak ({row['variant']}, {row['phase']}): {row['gpu_peak_mib']:.1f} "
                    f"MiB against the estimate {row['estimate_mib']:.1f} MiB ({error:+.0%})")
+  return "\n".join(lines)
+
+
+def format_exports(exports):
+  if "skipped" in exports:
+    return f"exports: skipped ({exports['skipped']})"
+  height, width = exports["image_size"]
+  lines = [f"exports (scripts/export.py; uint8 {height}x{width} images, preprocessing included, "
+           f"each in its own runtime):",
+           f"{'format':<16}{'1 image ms':>12}{'batch ' + str(exports['batch_size']) + ' img/s':>16}"]
+  lines += [f"{row['format']:<16}{row['one_image_ms']:>12.2f}{row['batch_images_per_s']:>16.1f}"
+            for row in exports["rows"]]
   return "\n".join(lines)
 
 
@@ -656,6 +719,10 @@ def parse_args(argv):
   parser.add_argument("--matmul_size", type=int, default=0,
                       help="matmul size for the machine's rate (default 2048 on a CPU, 8192 on a GPU)")
   parser.add_argument("--peers", action="store_true", help="add the side-by-side peer comparisons")
+  parser.add_argument("--exports", action="store_true",
+                      help="add a row per export format (SavedModel, ONNX, LiteRT float32/float16/"
+                           "int8): one image's ms and the evaluation batch's images/s; needs "
+                           "requirements-export.txt")
   parser.add_argument("--estimate_only", action="store_true",
                       help="print only the memory estimate of each phase against 4 GB (no timing)")
   parser.add_argument("--threads", type=int, default=0,

@@ -217,3 +217,28 @@ def test_config_overrides_and_triplet_batch():
   assert config.loss.margin == 0.5
   assert config.data.identities_per_batch * config.data.images_per_identity == 12
   assert config.train.batch_size == 12
+
+
+# --exports: a row per export format beside the SavedModel, or one line without the extra.
+
+
+def test_exports_without_the_extra_are_one_skipped_line(monkeypatch):
+  monkeypatch.setitem(benchmark.export_lib.EXTRA, "onnx", ("a_runtime_not_installed",))
+  exports = benchmark.benchmark_exports(task=None, settings=None, workdir=None)
+  line = benchmark.format_exports(exports)
+  assert line.startswith("exports: skipped (--format=onnx needs a_runtime_not_installed"), line
+  assert "pip install -r requirements-export.txt" in line and "\n" not in line
+
+
+@pytest.mark.slow
+def test_exports_rows_are_timed_in_each_runtime(tmp_path):
+  pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed")
+  config = benchmark.load_config("segmentation", "smoke", ["model.widths=(4, 8)"], batch_size=0)
+  task = benchmark.make_task("segmentation", config, str(tmp_path / "run"))
+  exports = benchmark.benchmark_exports(task, benchmark.Settings(1, 1, 0, ()), str(tmp_path / "exports"))
+  assert [row["format"] for row in exports["rows"]] == [name for name, _, _ in benchmark.EXPORTS]
+  for row in exports["rows"]:
+    _assert_positive_finite(row["format"] + " ms", row["one_image_ms"])
+    _assert_positive_finite(row["format"] + " img/s", row["batch_images_per_s"])
+  text = benchmark.format_exports(exports)
+  assert f"batch {exports['batch_size']} img/s" in text and "LiteRT int8" in text, text

@@ -53,6 +53,21 @@ def test_eval_without_central_crop_keeps_the_whole_image():
   np.testing.assert_allclose(actual.numpy(), (image / 255.0 - 0.5) * 2.0, atol=1e-6)
 
 
+@pytest.mark.parametrize("in_shape, out_size, central_fraction", [
+    ((64, 64), 75, 0.875), ((50, 37), 29, 0.875), ((40, 90), 75, 0.5), ((33, 21), 16, None)])
+def test_a_batch_at_once_equals_each_image_alone(in_shape, out_size, central_fraction):
+  # The SavedModel's signature does a batch at once (no map_fn, which converters cannot lower),
+  # traced for any size as the signature is; each image alone is what training's evaluation does.
+  images = np.stack([random_image(*in_shape, seed=seed) for seed in range(3)])
+  batched = tf.function(
+      lambda x: preprocessing.preprocess_for_eval(x, out_size, out_size, central_fraction),
+      input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8)])(tf.constant(images)).numpy()
+  alone = np.stack([preprocessing.preprocess_for_eval(tf.constant(image), out_size, out_size,
+                                                      central_fraction).numpy() for image in images])
+  assert batched.shape == (3, out_size, out_size, 3) and batched.dtype == np.float32
+  np.testing.assert_allclose(batched, alone, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("fast_mode", [True, False])
 def test_train_is_seeded_and_in_range(fast_mode):
   image = tf.constant(random_image(60, 80))
