@@ -400,9 +400,3 @@ def _make_eval(source, ignore_label, pad_multiple, batch_size):
           .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
           .batch(batch_size)
           .prefetch(tf.data.AUTOTUNE))
-
-
-def read_image_file(path):
-  """uint8 [h, w, 3] of an image file, for prediction; DataError if it does not decode."""
-  image_checks.check_image(path)
-  return image_checks.decode_image(tf.io.read_file(path), 3)

@@ -473,16 +473,6 @@ def test_bad_config_values_are_named(tmp_path, overrides, message):
     seg_data.make_datasets(make_cfg(**overrides), 4, seed=0, pad_multiple=4, workdir=str(tmp_path))
 
 
-def test_read_image_file_reads_any_decodable_image_as_rgb(tmp_path):
-  Image.fromarray(np.full((10, 13), 200, np.uint8)).save(tmp_path / "x.jpg")
-  image = seg_data.read_image_file(str(tmp_path / "x.jpg"))
-  assert image.shape == (10, 13, 3) and image.dtype == tf.uint8
-  assert np.allclose(image.numpy(), 200, atol=2)
-  (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8 broken")
-  with pytest.raises(DataError, match="bad.jpg: does not decode"):
-    seg_data.read_image_file(str(tmp_path / "bad.jpg"))
-
-
 def test_convert_script_writes_shards_from_the_command_line(tmp_path):
   masks = helpers.write_voc(tmp_path / "voc")
   script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "convert_to_tfrecord.py")
