@@ -13,15 +13,15 @@ import helpers  # pylint: disable=g-import-not-at-top
 from scripts import make_real_sets  # pylint: disable=g-import-not-at-top
 
 
-# The files that take minutes, longest first (measured wall times on 2 cores: the README commands
-# ~20 min, the others 2-7). Run first, they leave the many short files to even out the two
-# workers' ends; run last (xdist orders files by their number of tests, so these came last), one
-# worker could take two of them (a worker takes its next file when 2 of its tests are left) while
-# the other sat idle.
+# The files that take minutes, longest first (by the durations of a full run on 2 busy cores,
+# 2026-12-02). Run first, they leave the many short files to even out the two workers' ends; run
+# last (xdist orders files by their number of tests, so these came last), one worker could take two
+# of them (a worker takes its next file when 2 of its tests are left) while the other sat idle.
 LONGEST_FILES_FIRST = (
-    "test_readme_commands.py", "test_real_segmentation.py", "test_inception_train.py",
-    "test_signal_sweep.py", "test_multi_worker.py", "test_segmentation_train.py", "test_real_inception.py",
-    "test_distributed_trainers.py", "test_bad_inputs.py", "test_workdir.py",
+    "test_readme_commands.py", "test_signal_sweep.py", "test_export.py", "test_segmentation_train.py",
+    "test_real_inception.py", "test_real_segmentation.py", "test_inception_train.py",
+    "test_multi_worker.py", "test_distributed_trainers.py", "test_layout.py", "test_triplet_train.py",
+    "test_predict.py", "test_real_triplet.py",
 )
 
 
