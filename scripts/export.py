@@ -45,6 +45,7 @@ from common.app import cli
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
+from common.contract.errors import first_line
 from common.contract.errors import UserError
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
@@ -61,7 +62,6 @@ INSTALL = 'pip install -r requirements-export.txt (or pip install -e ".[export]"
 TOLERANCE = 1e-4
 # int8's representative images: the first ones of the evaluation set (a subset, said in the log).
 REPRESENTATIVE_IMAGES = 64
-HEADLINE_METRICS = ("miou", "top1", "verification_accuracy", "recall_at_1")
 
 
 class ExportError(UserError):
@@ -252,11 +252,6 @@ def evaluate(task, signature):
   return task.evaluate(task.saved_model_predict_fn(signature), True).metrics
 
 
-def headline(metrics):
-  name = next((key for key in HEADLINE_METRICS if key in metrics), None)
-  return name, metrics.get(name)
-
-
 def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=None):
   """Exports, checks, and moves the export to `output` only once its check holds; returns
   {"max_difference", "same_class_ids", "metric", "before", "after"}."""
@@ -292,7 +287,7 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
     except Exception as e:  # a converter's model its own runtime cannot run
       _remove(partial)
       raise ExportError(f"the {fmt} export of {workdir} does not run in its runtime "
-                        f"({_first_line(e)}); nothing was written") from None
+                        f"({first_line(e)[:300]}); nothing was written") from None
   failures = check.failures()
   if failures and not quantize:
     _remove(partial)
@@ -300,16 +295,11 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
                       f"evaluation images, tolerance {TOLERANCE:g} x the output's scale); nothing was written")
   _remove(output)
   os.rename(partial, output)
-  metric, value = headline(metrics_before)
+  metric = task.headline_metrics[0]
   return {"max_difference": check.max_difference, "same_class_ids": check.same / check.compared
-          if check.compared else None, "metric": metric, "before": value,
-          "after": headline(metrics_after)[1], "image_size": image_size and tuple(image_size),
+          if check.compared else None, "metric": metric, "before": metrics_before[metric],
+          "after": metrics_after[metric], "image_size": image_size and tuple(image_size),
           "config": config}
-
-
-def _first_line(error):
-  text = str(error).strip()
-  return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 def _remove(path):
