@@ -16,4 +16,4 @@ from inception_finetune import task as task_lib
 
 if __name__ == "__main__":
   commands.run_evaluation("configs/inception_v4.py", "runs/inception_v4", task_lib.make_task,
-                          shown=lambda metrics, task, report_dir: dict(metrics, report=report_dir))
+                          shown=lambda metrics, task, report_dir: dict(metrics, report=report_dir or None))

@@ -117,6 +117,21 @@ def test_checkpoint_and_saved_model_evaluate_alike_and_predict_writes_masks(smok
   assert (workdir / "saved_model" / "assets" / "class_names.txt").read_text().split() == names.stdout.split()
 
 
+def test_evaluating_a_saved_model_without_workdir_writes_only_the_report(smoke_run, tmp_path, run_cli):
+  """No --workdir: the synthetic evaluation images go into a temporary folder, the report into
+  --report_dir, and nothing else anywhere (before, runs/segmentation/{data,eval} in the current folder)."""
+  _, workdir, _, results = smoke_run
+  here = tmp_path / "here"
+  here.mkdir()
+  evaluated = run_cli(["-m", "segmentation.evaluate", f"--config={REPO_ROOT}/configs/segmentation.py:smoke",
+                       f"--saved_model={workdir / 'saved_model'}", "--report_dir=report"], cwd=here)
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert json.loads(evaluated.stdout)["miou"] == pytest.approx(results["eval"]["miou"], abs=1e-6)
+  assert "no --workdir: the report goes to report" in evaluated.stderr
+  assert [path.name for path in here.iterdir()] == ["report"]
+  assert (here / "report" / "eval.log").is_file()
+
+
 def test_evaluate_workdir_alone_needs_only_the_evaluation_files(tmp_path, run_cli):
   """A VOC run with a non-default model, evaluated by --workdir alone once its training images and
   split file are gone: its own config, the same mIoU, and nothing written but the report."""

@@ -1,7 +1,11 @@
 """What the trainers' commands share: their command lines, the end of a training run (the loop,
 the export, the closing lines) and the whole evaluation command."""
+import contextlib
 import json
 import os
+import tempfile
+
+from absl import logging
 
 from common.app import cli
 from common.app import startup
@@ -48,22 +52,31 @@ def run_evaluation(default_config, default_workdir, make_task,
 
   def main(argv):
     del argv
-    evaluation, task, report_dir = evaluate_run(config_flag, workdir_flag.value, make_task,
-                                                saved_model_flag.value, report_dir_flag.value)
-    print(json.dumps(shown(evaluation.metrics, task, report_dir), indent=2, sort_keys=True))
+    workdir, report_dir = workdir_flag.value, report_dir_flag.value
+    with contextlib.ExitStack() as stack:
+      if saved_model_flag.value and not workdir_flag.present:
+        # A SavedModel alone: nothing is written but the report asked for (--report_dir); what the
+        # task writes for itself (synthetic images) goes into a temporary folder.
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="evaluate-"))
+        report_dir = report_dir or ""
+        logging.info("no --workdir: %s", f"the report goes to {report_dir}" if report_dir else
+                     "no report is written (--report_dir says where one goes)")
+      evaluation, task, report_dir = evaluate_run(config_flag, workdir, make_task, saved_model_flag.value,
+                                                  report_dir)
+      print(json.dumps(shown(evaluation.metrics, task, report_dir), indent=2, sort_keys=True))
 
   cli.run(main)
 
 
 def evaluate_run(config_flag, workdir, make_task, saved_model=None, report_dir=None):
   """Scores the newest checkpoint of workdir (or saved_model) on the evaluation set of
-  make_task(config, workdir, for_training=False) and writes the report into report_dir (default
-  <workdir>/eval); returns (the Evaluation, the task, report_dir).
+  make_task(config, workdir, for_training=False) and writes the report into report_dir (None:
+  <workdir>/eval; "": no report); returns (the Evaluation, the task, report_dir).
 
   The config is the run's own (cli.run_config) unless --config is given.
   """
   config = cli.run_config(config_flag, workdir, saved_model)
   startup.prepare_run(config, work="evaluation")
   task = make_task(config, workdir, for_training=False)
-  report_dir = report_dir or os.path.join(workdir, "eval")
+  report_dir = os.path.join(workdir, "eval") if report_dir is None else report_dir
   return evaluation_lib.evaluate_saved(task, workdir, saved_model, report_dir), task, report_dir
