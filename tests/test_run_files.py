@@ -113,7 +113,7 @@ def config_json_cases(trainer):
       "missing": (lambda path: None, "config.json does not exist: give the --workdir of a training run"),
       "empty": (lambda path: open(path, "w").close(), "config.json is empty; copy the run's config back from"),
       "cut short": (cut_short, "config.json is not valid JSON ("),
-      "a list": (lambda path: open(path, "w").write("[1, 2]\n"), "config.json holds no config (a JSON list"),
+      "a list": (lambda path: open(path, "w").write("[1, 2]\n"), "config.json holds no keys (a JSON list"),
       "another trainer's": (another_trainer, "config.json is another trainer's config ("),
   }
 
@@ -234,3 +234,17 @@ def test_a_checkpoint_rotated_away_while_read_is_retried_on_the_next_newest(tmp_
   line = error_line(capsys, evaluate, "segmentation", workdir)
   assert line == (f"error: {older}.index vanished while it was read (the run rotated it away); run the "
                   "command again"), line
+
+
+def test_triplet_json_files_read_back_broken_are_one_line_naming_them(tmp_path, caplog):
+  """initial_eval.json (the closing line's baselines) and metrics.json (predict's threshold)."""
+  from triplet import predict as triplet_predict  # pylint: disable=g-import-not-at-top
+  from triplet import train as triplet_train  # pylint: disable=g-import-not-at-top
+  (tmp_path / "initial_eval.json").write_text('{"recall_at_1": 0.2')
+  with caplog.at_level(logging.WARNING):
+    assert triplet_train.evaluate_before_training(None, None, str(tmp_path)) == {}
+  assert f"{tmp_path / 'initial_eval.json'} is not valid JSON" in caplog.text
+  for text, said in (("", "is empty"), ("[]", "holds no keys"), ('{"eval": {"st', "is not valid JSON")):
+    (tmp_path / "metrics.json").write_text(text)
+    threshold, why = triplet_predict.metrics_threshold(str(tmp_path), 20)
+    assert threshold is None and why.startswith(f"{tmp_path / 'metrics.json'} {said}"), why

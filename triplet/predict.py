@@ -24,7 +24,6 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
-import json
 import os
 
 from absl import app
@@ -36,6 +35,7 @@ import tensorflow as tf
 from common.app import cli
 from common.app import export as export_lib
 from common.app import predict as predict_lib
+from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import normalization
@@ -87,10 +87,9 @@ def metrics_threshold(workdir, weights_step):
   """(threshold, its source) of metrics.json's eval, the run's last evaluation; (None, why) without."""
   path = os.path.join(workdir, "metrics.json")
   try:
-    with open(path) as f:
-      evaluation = json.load(f).get("eval", {})
-  except (OSError, ValueError, AttributeError):
-    return None, f"{path} is missing or unreadable"
+    evaluation = config_lib.read_json_object(path, "pass --threshold or --saved_model").get("eval", {})
+  except DataError as e:
+    return None, str(e)
   if task_lib.VERIFICATION_THRESHOLD not in evaluation:
     return None, f"{path} has none (a run without verification pairs)"
   step = evaluation.get("step")

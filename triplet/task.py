@@ -16,6 +16,7 @@ from common.app import export as export_lib
 from common.contract import config as config_lib
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from common.data import listing
 from common.data import normalization
 from common.nn import optimizers
@@ -291,8 +292,12 @@ def make_task(config, workdir, for_training=True):
       curves = {"trained": roc}
       baselines = os.path.join(workdir, INITIAL_ROC)
       if os.path.isfile(baselines):
-        with open(baselines) as f:
-          curves.update((name, (c["far"], c["tar"])) for name, c in json.load(f).items())
+        try:
+          saved = config_lib.read_json_object(baselines, "the ROC is drawn without the baselines")
+          curves.update((name, (c["far"], c["tar"])) for name, c in saved.items())
+        except (DataError, KeyError, TypeError) as e:  # shown, never trained on
+          logging.warning("%s", e if isinstance(e, DataError) else f"{baselines} is not the run's "
+                          "baselines (keys far, tar per curve): the ROC is drawn without them")
       return plots.roc_figure(curves, far_mark)
 
     def write_report(directory):

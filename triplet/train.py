@@ -10,7 +10,6 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
-import json
 import os
 
 from absl import logging
@@ -18,6 +17,8 @@ import tensorflow as tf
 
 from common.app import commands
 from common.app import startup
+from common.contract import config as config_lib
+from common.contract.errors import DataError
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 from common.training import evaluation as evaluation_lib
@@ -43,8 +44,12 @@ def evaluate_before_training(task, model, workdir):
       workdir_lib.write_json(os.path.join(workdir, task_lib.INITIAL_ROC),
                              {"untrained": untrained.curves, "raw pixels": raw_pixels.curves})
     logging.info("before training: %s", "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
-  with open(path) as f:
-    return json.load(f)
+  try:
+    return config_lib.read_json_object(path, "the closing line leaves out the untrained baselines; "
+                                       "delete it and train into a new --workdir to have them again")
+  except DataError as e:  # the baselines are shown, never trained on: the run goes on without them
+    logging.warning("%s", e)
+    return {}
 
 
 def headline(results, initial):

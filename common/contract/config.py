@@ -311,9 +311,9 @@ def apply_saved(config, saved, prefix=""):
   return left_out
 
 
-def read_saved_config(path, config, fix):
-  """The dict of a run's config.json for `config`'s trainer; an empty, cut short or unparsable file,
-  or another trainer's config, is a DataError naming it and ending with `fix` (what to do)."""
+def read_json_object(path, fix):
+  """The dict of a JSON file a run wrote (config.json, metrics.json, ...); a missing, empty, cut
+  short or unparsable file, or one without keys, is a DataError naming it and ending with `fix`."""
   try:
     with open(path, encoding="utf-8") as f:
       text = f.read()
@@ -327,7 +327,14 @@ def read_saved_config(path, config, fix):
     raise DataError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}): cut short or edited; "
                     f"{fix}") from None
   if not isinstance(saved, dict) or not saved:
-    raise DataError(f"{path} holds no config (a JSON {type(saved).__name__} without keys); {fix}")
+    raise DataError(f"{path} holds no keys (a JSON {type(saved).__name__}); {fix}")
+  return saved
+
+
+def read_saved_config(path, config, fix):
+  """The dict of a run's config.json for `config`'s trainer; an empty, cut short or unparsable file,
+  or another trainer's config, is a DataError naming it and ending with `fix` (what to do)."""
+  saved = read_json_object(path, fix)
   # The keys every trainer shares say nothing of whose config it is; a trainer's own sections do.
   # A newer or older version of the same trainer differs in a few keys, another trainer in most.
   shared, known = set(flatten_keys(base_config())), set(flatten_keys(config))
