@@ -27,7 +27,12 @@ Sets (under --output_dir):
                dark ink on light paper, random size and place) and the same training images as images/<id>.png with labels.csv (id,label)
                for the `csv` source (data.image_extension=.png).
 """
-import csv
+from common.runtime import process
+
+if __name__ == "__main__":
+  process.start()  # before TensorFlow's import (segmentation.visualize): its C++ start-up lines held back
+
+import csv  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import os
 
 from absl import app
