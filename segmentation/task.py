@@ -72,8 +72,8 @@ def make_predict_fn(model):
 def make_image_summaries(class_names, ignore_label):
   """image_summaries(model, batch): each training patch beside its truth and prediction
   (visualize.figure), over one legend of the batch's classes, so that the patches stack."""
-  def image_summaries(model, batch):
-    images, labels = batch
+  def image_summaries(model, batch, count):
+    images, labels = (tensor[:count] for tensor in batch)
     labels, predictions = labels.numpy(), tf.argmax(model(images, training=False), axis=-1).numpy()
     legend = np.union1d(np.unique(labels), np.unique(predictions))
     return {"patches": np.stack([

@@ -136,7 +136,7 @@ def softmax_loss_fn(model, batch, training):
 TRIPLET_SIDE = 128  # each crop of a triplet image is enlarged (nearest neighbour) to at least this
 
 
-def triplet_images(model, batch):
+def triplet_images(model, batch, count):
   """The training batch's hardest triplets as images: per identity, its first image (the anchor), its
   farthest image of the same identity and its nearest image of another side by side, the
   distances below (red where the negative is the nearer: that anchor would be matched wrongly)."""
@@ -150,7 +150,7 @@ def triplet_images(model, batch):
   shown = summaries.to_uint8((images - low) / np.maximum(high - low, 1e-6))  # any normalization
   gap = np.full([shown.shape[1], 2, 3], 255, np.uint8)
   drawn = []
-  for k in sorted(first):
+  for k in sorted(first)[:count]:
     row = np.concatenate([shown[anchors[k]], gap, shown[positives[k]], gap, shown[negatives[k]]], axis=1)
     wrong = negative_distances[k] < positive_distances[k]
     drawn.append(summaries.captioned(summaries.upscaled(row, 3 * TRIPLET_SIDE), [

@@ -61,7 +61,8 @@ class Task:
     saved_model_predict_fn: saved_model_predict_fn(serving signature) -> predict, as above.
     export: export(model, path) -> path of the SavedModel written.
     describe: a few words on the data, for logs and benchmark tables.
-    image_summaries_fn: optional image_summaries_fn(model, batch) -> {name: images in [0, 1]}.
+    image_summaries_fn: optional image_summaries_fn(model, batch, count) -> {name: at most `count`
+      images in [0, 1]} (count: summaries.max_outputs, what is written; drawing more is wasted).
     make_extra_eval_fn: optional make_extra_eval_fn(model) -> (() -> {name: float}): metrics that
       need the training model itself (the triplet trainer's softmax head), added during training.
     train_files: the training examples' files, where the source is files (the benchmark's

@@ -241,7 +241,7 @@ class RunSummaries:
       return
     cfg, budget = self._cfg, self.train
     if self._image_summaries_fn and budget.images_due(step, evaluating):
-      budget.write_images(step, self._image_summaries_fn(self._model, batch))
+      budget.write_images(step, self._image_summaries_fn(self._model, batch, cfg.max_outputs))
     if cfg.activation_stats and budget.scalars_due(step):
       stats = self._statistics_fn()(batch[0])
       budget.write_scalars(step, {f"activations/{name}/{kind}": value
