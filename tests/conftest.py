@@ -36,11 +36,13 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def float32_policy():
   """Mixed-precision tests set a global policy; every test starts and ends with float32. A test
-  of a one-line error (cli.fail) silences absl's log, which the next test gets back."""
+  of a one-line error (cli.fail) silences absl's log, which the next test gets back. Keras' global
+  state is cleared without its full garbage collection (about 0.35 s a test, 8 minutes of the
+  suite's worker time): Python's collector still runs as it always does."""
   keras.mixed_precision.set_global_policy("float32")
   yield
   keras.mixed_precision.set_global_policy("float32")
-  keras.backend.clear_session()
+  keras.backend.clear_session(free_memory=False)
   logging.set_verbosity(logging.INFO)
 
 
