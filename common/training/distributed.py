@@ -16,7 +16,6 @@ import signal
 import tempfile
 
 from absl import logging
-import keras
 import tensorflow as tf
 
 from common.contract.errors import CheckpointError
@@ -24,6 +23,7 @@ from common.contract.errors import ConfigError
 from common.runtime import hardware
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
+from common.training import train_step
 
 
 class Cluster:
@@ -103,9 +103,7 @@ class Cluster:
     exports the same model. Each replica updates them from its own part of the batch (unless
     model.sync_batch_norm), and a moving average is linear: the mean of the replicas' moving means
     is the moving average of the global batches' means (the variance: of the replicas' variances)."""
-    # _flatten_layers: Keras' walk through nested models and layers.
-    variables = [v for layer in model._flatten_layers() if isinstance(layer, keras.layers.BatchNormalization)
-                 for v in (layer.moving_mean, layer.moving_variance)]
+    variables = train_step.batch_norm_statistics(model)
     if self.strategy.num_replicas_in_sync == 1 or not variables:
       return lambda: None
 
