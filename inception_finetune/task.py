@@ -251,7 +251,7 @@ def labelled(image, label, logits, class_names):
   """One evaluation image ([-1, 1] or the SavedModel's uint8) with its true and predicted class below."""
   predicted = int(np.argmax(logits))
   unit = image if image.dtype == np.uint8 else (image + 1.0) / 2.0
-  return summaries.captioned(summaries.to_uint8(unit), [
+  return plots.captioned(plots.to_uint8(unit), [
       (f"true: {class_names[int(label)]}", "black"),
       (f"predicted: {class_names[predicted]}", "darkgreen" if predicted == int(label) else "red")])[None]
 

@@ -27,12 +27,7 @@ Sets (under --output_dir):
                dark ink on light paper, random size and place) and the same training images as images/<id>.png with labels.csv (id,label)
                for the `csv` source (data.image_extension=.png).
 """
-from common.runtime import process
-
-if __name__ == "__main__":
-  process.start()  # before TensorFlow's import (segmentation.visualize): its C++ start-up lines held back
-
-import csv  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import csv
 import os
 
 from absl import app
@@ -40,7 +35,7 @@ from absl import flags
 import numpy as np
 from PIL import Image
 
-from segmentation import visualize
+from segmentation import visualize  # VOC's colours; no TensorFlow (common/training/plots.py)
 
 SETS = ("voc", "npy", "identities", "classes")
 CLASS_NAMES = ("background",) + tuple(f"digit_{d}" for d in range(10))

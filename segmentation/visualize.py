@@ -11,7 +11,7 @@ from PIL import Image
 from PIL import ImageDraw
 from PIL import ImageFont
 
-from common.training import summaries
+from common.training import plots
 
 BACKGROUND = 0  # VOC's and the synthetic scenes' background class: not coloured
 IGNORED = "ignored"
@@ -69,10 +69,10 @@ def figure(image, masks, class_names=None, ignore_label=None, legend_ids=None):
   MIN_SIDE, captioned above, over a legend of the classes in the masks (or legend_ids) in id order,
   "ignored" last. Text is a 40th of the width: TensorBoard shows the image about 400 px wide.
   Returns a PIL image."""
-  image = summaries.upscaled(np.asarray(image, np.uint8), MIN_SIDE)
+  image = plots.upscaled(np.asarray(image, np.uint8), MIN_SIDE)
   panels = {"photo": image}
   for caption, class_ids in masks.items():
-    panels[caption] = paint(image, summaries.upscaled(np.asarray(class_ids), MIN_SIDE), ignore_label)
+    panels[caption] = paint(image, plots.upscaled(np.asarray(class_ids), MIN_SIDE), ignore_label)
   if legend_ids is None:
     legend_ids = np.unique(np.concatenate([np.ravel(m) for m in masks.values()]))
   present = sorted((int(c) for c in legend_ids), key=lambda c: (c == ignore_label, c))

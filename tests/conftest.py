@@ -6,6 +6,7 @@ import subprocess
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import logging  # pylint: disable=g-import-not-at-top
+import filelock  # pylint: disable=g-import-not-at-top
 import keras  # pylint: disable=g-import-not-at-top
 import pytest  # pylint: disable=g-import-not-at-top
 
@@ -53,10 +54,19 @@ def run_cli():
 
 
 @pytest.fixture(scope="session")
-def real_sets(tmp_path_factory):
-  """A folder with the development real data sets (scripts/make_real_sets.py), written once per session."""
-  root = tmp_path_factory.mktemp("real_sets")
-  make_real_sets.write_all(str(root))
+def real_sets(tmp_path_factory, worker_id):
+  """A folder with the development real data sets (scripts/make_real_sets.py), written once per
+  session: under xdist by the first worker that asks, in the folder its workers share (pytest-xdist's
+  recipe), while the others wait on the lock."""
+  if worker_id == "master":
+    root = tmp_path_factory.mktemp("real_sets")
+    make_real_sets.write_all(str(root))
+    return root
+  root = tmp_path_factory.getbasetemp().parent / "real_sets"
+  with filelock.FileLock(f"{root}.lock"):
+    if not (root / "written").exists():
+      make_real_sets.write_all(str(root))
+      (root / "written").touch()
   return root
 
 

@@ -154,7 +154,7 @@ def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
   for i, label in enumerate([0, 1, 2]):
     (example,) = shown[f"examples/{i}"]
     assert example.dtype == np.uint8 and example.shape[0] == 20 + 2 * 14 + 4  # two caption lines
-    np.testing.assert_array_equal(example[:20, :24], summaries.to_uint8((images[i].numpy() + 1) / 2))
+    np.testing.assert_array_equal(example[:20, :24], plots.to_uint8((images[i].numpy() + 1) / 2))
     red = (example[20:, :, 0] > 200) & (example[20:, :, 1] < 80)  # a wrong prediction's line
     assert red.any() == (label != 1)
   assert shown["confusion_matrix"].shape[:1] + shown["confusion_matrix"].shape[2:] == (1, plots.TENSORBOARD_WIDTH, 3)

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from common.training import plots
-from common.training import summaries
 from segmentation import visualize
 from triplet import metrics as triplet_metrics
 
@@ -28,16 +27,16 @@ def test_a_prediction_of_all_background_shows_no_object_and_ignored_pixels_are_s
                                       ("background", "disk"), IGNORE))
   side = 28 * 10  # enlarged to at least 256 px, by a whole factor
   assert drawn.shape[1] >= 3 * side
-  painted_truth = visualize.paint(summaries.upscaled(photo, 256), summaries.upscaled(label, 256), IGNORE)
-  painted_prediction = visualize.paint(summaries.upscaled(photo, 256),
-                                       summaries.upscaled(np.zeros_like(label), 256), IGNORE)
+  painted_truth = visualize.paint(plots.upscaled(photo, 256), plots.upscaled(label, 256), IGNORE)
+  painted_prediction = visualize.paint(plots.upscaled(photo, 256),
+                                       plots.upscaled(np.zeros_like(label), 256), IGNORE)
   # The prediction panel is grey everywhere: the red disk the model missed does not show in colour.
   assert np.all(painted_prediction.max(axis=-1) - painted_prediction.min(axis=-1) <= 1)
   # The truth panel colours the disk with the disk's colour, and the ignored columns in stripes
   # that are no class's colour.
-  disk = summaries.upscaled(label, 256) == 1
+  disk = plots.upscaled(label, 256) == 1
   assert (painted_truth[disk].astype(int) - painted_prediction[disk]).any(axis=-1).all()
-  ignored = painted_truth[summaries.upscaled(label, 256) == IGNORE]
+  ignored = painted_truth[plots.upscaled(label, 256) == IGNORE]
   stripes = {tuple(c) for c in np.unique(ignored, axis=0)}
   assert len(stripes) == 2 and not stripes & {tuple(c) for c in visualize.colorize(np.arange(21))}
   # Both panels are in the figure as painted.
@@ -57,10 +56,10 @@ def test_the_legend_names_classes_where_the_run_has_names_and_the_ignore_label_i
 
 def test_a_28_px_patch_is_enlarged_by_whole_pixels_to_256_or_more():
   patch = np.arange(28 * 28, dtype=np.int32).reshape(28, 28)
-  big = summaries.upscaled(patch, visualize.MIN_SIDE)
+  big = plots.upscaled(patch, visualize.MIN_SIDE)
   assert big.shape == (280, 280)
   np.testing.assert_array_equal(big[::10, ::10], patch)  # nearest neighbour: ids stay ids
-  assert summaries.upscaled(np.zeros((300, 500)), 256).shape == (300, 500)  # large enough already
+  assert plots.upscaled(np.zeros((300, 500)), 256).shape == (300, 500)  # large enough already
 
 
 def test_counts_that_do_not_fit_their_cells_are_written_compactly_or_left_out():

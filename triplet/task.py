@@ -147,13 +147,13 @@ def triplet_images(model, batch, count):
   _, first = np.unique(labels.numpy()[anchors], return_index=True)  # one anchor per identity
   images = images.numpy()
   low, high = images.min(axis=(1, 2, 3), keepdims=True), images.max(axis=(1, 2, 3), keepdims=True)
-  shown = summaries.to_uint8((images - low) / np.maximum(high - low, 1e-6))  # any normalization
+  shown = plots.to_uint8((images - low) / np.maximum(high - low, 1e-6))  # any normalization
   gap = np.full([shown.shape[1], 2, 3], 255, np.uint8)
   drawn = []
   for k in sorted(first)[:count]:
     row = np.concatenate([shown[anchors[k]], gap, shown[positives[k]], gap, shown[negatives[k]]], axis=1)
     wrong = negative_distances[k] < positive_distances[k]
-    drawn.append(summaries.captioned(summaries.upscaled(row, 3 * TRIPLET_SIDE), [
+    drawn.append(plots.captioned(plots.upscaled(row, 3 * TRIPLET_SIDE), [
         ("anchor | farthest same identity | nearest other", "black"),
         (f"distance to same {positive_distances[k]:.3f}, to other {negative_distances[k]:.3f}"
          + (": other nearer" if wrong else ""), "red" if wrong else "darkgreen")]))

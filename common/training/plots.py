@@ -1,4 +1,6 @@
-"""The evaluation reports' plots, drawn with matplotlib (headless: its Agg backend, no display).
+"""The pictures of the reports and TensorBoard: plots drawn with matplotlib (headless: its Agg
+backend, no display), and images captioned or enlarged with PIL and numpy. No TensorFlow: scripts
+that only draw (scripts/make_real_sets.py's masks) import it without TensorFlow's start-up.
 
 matplotlib because its axes, colour bars, log scales and text placement are what a hand-drawn
 PIL image got wrong or lacked (counts, a colour scale, a readable false-accept axis).
@@ -12,6 +14,9 @@ matplotlib.use("Agg")  # before pyplot: files only, no window (and no display ne
 
 from matplotlib import pyplot as plt  # noqa: E402 (after the backend is chosen)
 import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+from PIL import ImageDraw  # noqa: E402
+from PIL import ImageFont  # noqa: E402
 
 # TensorBoard shows an image at the width of its card (335 px at least, a few to a screen) unless
 # asked for its actual size: its images are drawn this wide, so their text reads as drawn.
@@ -152,3 +157,31 @@ def roc_figure(curves, far_mark=None, title="ROC: verification pairs"):
   axes.legend(loc="lower right", fontsize=_FONT)
   figure.tight_layout()
   return figure
+
+
+# Panels for TensorBoard and the reports, drawn with PIL: pixels kept as they are, text below.
+
+
+def captioned(image, lines):
+  """uint8 [H, W, 3] on white, with lines of (text, colour) below it (wider than the image if they are)."""
+  font = ImageFont.load_default(size=11)
+  width = max([image.shape[1]] + [int(font.getlength(text)) + 4 for text, _ in lines])
+  canvas = Image.new("RGB", (width, image.shape[0] + 14 * len(lines) + 4), "white")
+  canvas.paste(Image.fromarray(image), (0, 0))
+  draw = ImageDraw.Draw(canvas)
+  for i, (text, colour) in enumerate(lines):
+    draw.text((2, image.shape[0] + 2 + 14 * i), text, fill=colour, font=font)
+  return np.asarray(canvas)
+
+
+def to_uint8(images):
+  """Float images in [0, 1] (or uint8 ones) -> uint8."""
+  images = np.asarray(images)
+  return images if images.dtype == np.uint8 else (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
+
+
+def upscaled(image, at_least):
+  """[H, W, ...] -> the image enlarged by a whole factor (nearest neighbour: pixels stay square, class
+  ids stay ids) until its longer side is at least at_least pixels; unchanged if it already is."""
+  factor = max(1, -(-at_least // max(image.shape[:2])))
+  return np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)

@@ -21,13 +21,12 @@ import re
 from absl import logging
 import numpy as np
 from PIL import Image
-from PIL import ImageDraw
-from PIL import ImageFont
 import tensorflow as tf
 from tensorboard.plugins import projector
 from tensorboard.plugins.hparams import api as hp
 
 from common.training import diagnostics
+from common.training import plots
 
 # A histogram summary stores its buckets, not the tensor: 30 buckets of 3 doubles plus framing.
 _HISTOGRAM_BYTES = 1024
@@ -92,7 +91,7 @@ class SummaryBudget:
     within the budget as the PNGs the event file stores (an upscaled patch compresses a hundredfold)."""
     with self._writer.as_default(step=step):
       for name, batch in images.items():
-        batch = to_uint8(batch[:self.cfg.max_outputs])
+        batch = plots.to_uint8(batch[:self.cfg.max_outputs])
         if self._within_budget(name, sum(_png_bytes(image) for image in batch)):
           tf.summary.image(name, batch, max_outputs=self.cfg.max_outputs)
 
@@ -367,31 +366,6 @@ class EvalSampler:
     for i in range(min(len(inputs), self._count - len(self.examples))):
       self.examples.append((np.asarray(inputs[i]), np.asarray(self._targets[i]), np.asarray(outputs[i])))
     return outputs
-
-
-def captioned(image, lines):
-  """uint8 [H, W, 3] on white, with lines of (text, colour) below it (wider than the image if they are)."""
-  font = ImageFont.load_default(size=11)
-  width = max([image.shape[1]] + [int(font.getlength(text)) + 4 for text, _ in lines])
-  canvas = Image.new("RGB", (width, image.shape[0] + 14 * len(lines) + 4), "white")
-  canvas.paste(Image.fromarray(image), (0, 0))
-  draw = ImageDraw.Draw(canvas)
-  for i, (text, colour) in enumerate(lines):
-    draw.text((2, image.shape[0] + 2 + 14 * i), text, fill=colour, font=font)
-  return np.asarray(canvas)
-
-
-def to_uint8(images):
-  """Float images in [0, 1] (or uint8 ones) -> uint8."""
-  images = np.asarray(images)
-  return images if images.dtype == np.uint8 else (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
-
-
-def upscaled(image, at_least):
-  """[H, W, ...] -> the image enlarged by a whole factor (nearest neighbour: pixels stay square, class
-  ids stay ids) until its longer side is at least at_least pixels; unchanged if it already is."""
-  factor = max(1, -(-at_least // max(image.shape[:2])))
-  return np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
 
 
 def _png_bytes(image):
