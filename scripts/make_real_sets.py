@@ -29,6 +29,8 @@ Sets (under --output_dir):
 """
 import csv
 import os
+import signal
+import sys
 
 from absl import app
 from absl import flags
@@ -255,8 +257,13 @@ def main(argv):
     raise app.UsageError(f"--sets: unknown {', '.join(unknown)}; valid: {', '.join(SETS)}")
   if not 2 <= flags.FLAGS.train_identities <= 70:
     raise app.UsageError(f"--train_identities={flags.FLAGS.train_identities}: must be in 2..70")
-  for name, folder in write_all(flags.FLAGS.output_dir, flags.FLAGS.sets,
-                                flags.FLAGS.train_identities).items():
+  try:
+    written = write_all(flags.FLAGS.output_dir, flags.FLAGS.sets, flags.FLAGS.train_identities)
+  except KeyboardInterrupt:  # Ctrl-C: one line, as the trainers say it, not a traceback
+    print(f"interrupted by SIGINT: {flags.FLAGS.output_dir} holds part of the sets; run the command "
+          "again to write them whole", file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
+  for name, folder in written.items():
     print(f"{name}: {folder}")
 
 

@@ -5,8 +5,10 @@ import importlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -96,3 +98,18 @@ def test_the_installed_repository_imports_from_any_folder(tmp_path):
   assert "--output_dir" in script.stdout + script.stderr and "Error" not in script.stderr, script.stderr[-2000:]
   assert not subprocess.run(["git", "grep", "-n", "sys.path.insert", "--", "*.py", ":!tests"],
                             cwd=helpers.REPO_ROOT, capture_output=True, text=True).stdout
+
+
+def test_ctrl_c_in_make_real_sets_is_one_line_and_exit_130(tmp_path):
+  """The script imports no TensorFlow and installs no handler of the trainers': Python's Ctrl-C."""
+  output_dir = tmp_path / "sets"
+  process = subprocess.Popen([sys.executable, "scripts/make_real_sets.py", f"--output_dir={output_dir}"],
+                             cwd=helpers.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 120
+  while not (output_dir / "voc").is_dir() and process.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.05)  # the first set is being written
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == 128 + signal.SIGINT, stderr[-2000:]
+  assert stderr.strip().splitlines() == [
+      f"interrupted by SIGINT: {output_dir} holds part of the sets; run the command again to write them whole"]
