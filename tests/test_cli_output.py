@@ -103,8 +103,11 @@ def test_the_installed_repository_imports_from_any_folder(tmp_path):
 def test_ctrl_c_in_make_real_sets_is_one_line_and_exit_130(tmp_path):
   """The script imports no TensorFlow and installs no handler of the trainers': Python's Ctrl-C."""
   output_dir = tmp_path / "sets"
+  # Started as from a terminal: SIGINT at its default (pytest-xdist's workers ignore it, and an ignored
+  # signal stays ignored in their children, where Python then raises no KeyboardInterrupt).
   process = subprocess.Popen([sys.executable, "scripts/make_real_sets.py", f"--output_dir={output_dir}"],
-                             cwd=helpers.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             cwd=helpers.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   deadline = time.monotonic() + 120
   while not (output_dir / "voc").is_dir() and process.poll() is None and time.monotonic() < deadline:
     time.sleep(0.05)  # the first set is being written
