@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
+from common.runtime import process
 from common.runtime import workdir as workdir_lib
 import helpers
 
@@ -42,6 +44,25 @@ def test_help_exits_0_listing_the_flags_and_presets(module, config, own_flags):
     for name, description in presets.items():
       assert re.search(rf"^  {name} +{re.escape(description)}$", result.stdout, re.M), result.stdout
   assert not CPP_LINE.search(result.stdout + result.stderr), result.stderr
+
+
+def test_tensorflow_is_imported_with_scikit_learn_hidden_and_importable_after(monkeypatch):
+  """Keras' import tries scikit-learn (for wrappers no command uses, 1 s of start-up): not found
+  during the commands' TensorFlow import, importable after it."""
+  found = []
+
+  def import_module(name):
+    try:
+      importlib.import_module("sklearn")
+      found.append(True)
+    except ImportError:
+      found.append(False)
+    return name
+
+  monkeypatch.delitem(sys.modules, "sklearn", raising=False)
+  monkeypatch.setattr(process, "importlib", types.SimpleNamespace(import_module=import_module))
+  assert process.import_tensorflow() == "tensorflow" and found == [False]
+  assert importlib.import_module("sklearn").__name__ == "sklearn"
 
 
 @pytest.mark.slow

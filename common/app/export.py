@@ -42,7 +42,9 @@ def export_saved_model(model, serve, path, input_signature, class_names=(), cons
       if os.path.lexists(leftover):
         shutil.rmtree(leftover)
     module = tf.Module()
-    module.model = model
+    # The variables, not the Keras model: the model would add its object graph and a default
+    # signature of its own, traced once more (Inception V4's export: 10 s -> 5 s, loading 4.5 -> 3).
+    module.model_weights = list(model.weights)
     module.serve = tf.function(serve, input_signature=input_signature)
     signatures = {"serving_default": module.serve}
     if constants:

@@ -5,6 +5,10 @@ set (unless the user set TF_CPP_MIN_LOG_LEVEL), so that a run's output starts wi
 TensorFlow 2.17 and later print their import banner through absl's C++ logging before it is
 initialized, whatever the level says: the import and the CUDA probe run with stderr captured, and
 only their lines that the level would have shown are written on.
+
+Keras' import (inside TensorFlow's) imports scikit-learn, when it is installed, for its scikit-learn
+wrappers, which no command uses: about 1 s of every command's start-up (scipy's import). The
+import hides it; `import sklearn` works again after.
 """
 import contextlib
 import importlib
@@ -33,12 +37,13 @@ def start():
   """Call first in an entry module's `if __name__ == "__main__":`, before other imports."""
   signals.install()
   if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
-    return  # the user's level, and every line TensorFlow prints
+    import_tensorflow()  # the user's level, and every line TensorFlow prints
+    return
   os.environ["TF_CPP_MIN_LOG_LEVEL"] = LEVEL
   lines, gpus = [], []
   try:
     with captured_stderr() as lines:
-      tf = importlib.import_module("tensorflow")
+      tf = import_tensorflow()
       # The CUDA probe, here rather than at the first device query, so that its lines are judged here.
       gpus = tf.config.list_physical_devices("GPU")
   finally:
@@ -48,6 +53,18 @@ def start():
     for line in lines:
       if not (_CPP_INFO_OR_WARNING.match(line) or no_gpu and _CPP_ERROR.match(line)):
         print(line, file=sys.stderr, flush=True)
+
+
+def import_tensorflow():
+  """TensorFlow, imported with scikit-learn hidden from Keras (a None module fails to import)."""
+  hidden = "sklearn" not in sys.modules
+  if hidden:
+    sys.modules["sklearn"] = None
+  try:
+    return importlib.import_module("tensorflow")
+  finally:
+    if hidden:
+      del sys.modules["sklearn"]
 
 
 @contextlib.contextmanager
