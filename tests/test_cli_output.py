@@ -126,14 +126,14 @@ def test_ctrl_c_in_make_real_sets_is_one_line_and_exit_130(tmp_path):
   output_dir = tmp_path / "sets"
   # Started as from a terminal: SIGINT at its default (pytest-xdist's workers ignore it, and an ignored
   # signal stays ignored in their children, where Python then raises no KeyboardInterrupt).
-  process = subprocess.Popen([sys.executable, "scripts/make_real_sets.py", f"--output_dir={output_dir}"],
-                             cwd=helpers.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  script = subprocess.Popen([sys.executable, "scripts/make_real_sets.py", f"--output_dir={output_dir}"],
+                            cwd=helpers.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   deadline = time.monotonic() + 120
-  while not (output_dir / "voc").is_dir() and process.poll() is None and time.monotonic() < deadline:
+  while not (output_dir / "voc").is_dir() and script.poll() is None and time.monotonic() < deadline:
     time.sleep(0.05)  # the first set is being written
-  process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=60)
-  assert process.returncode == 128 + signal.SIGINT, stderr[-2000:]
+  script.send_signal(signal.SIGINT)
+  _, stderr = script.communicate(timeout=60)
+  assert script.returncode == 128 + signal.SIGINT, stderr[-2000:]
   assert stderr.strip().splitlines() == [
       f"interrupted by SIGINT: {output_dir} holds part of the sets; run the command again to write them whole"]
