@@ -12,7 +12,6 @@ if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 from absl import logging
-import tensorflow as tf
 
 from common.app import commands
 from common.app import startup
@@ -30,7 +29,7 @@ def choose_start(config, workdir):
   A checkpoint in the workdir wins (the run resumes), and the log says so
   plainly: TF-Slim silently preferring a stale train_dir confused its users.
   """
-  resume = tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir))
+  resume = checkpoints.newest(checkpoints.checkpoint_dir(workdir))
   if resume:
     logging.warning("STARTING FROM %s (resuming this workdir); checkpoint_path %s is not read",
                     resume, config.checkpoint_path or "(unset)")

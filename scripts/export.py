@@ -28,6 +28,7 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -55,6 +56,8 @@ TRAINERS = {"segmentation": ("configs.segmentation", "segmentation.task"),
             "triplet": ("configs.triplet", "triplet.evaluate"),
             "inception_v4": ("configs.inception_v4", "inception_finetune.task")}
 FORMATS = ("saved_model", "onnx", "litert")
+# The only existing file an export replaces: an earlier export of its format (saved_model: none).
+SUFFIX = {"onnx": ".onnx", "litert": ".tflite"}
 # What each format needs beyond requirements.txt (requirements-export.txt installs them all).
 EXTRA = {"onnx": ("tf2onnx", "onnxruntime"), "litert": ("ai_edge_litert.interpreter",)}
 INSTALL = 'pip install -r requirements-export.txt (or pip install -e ".[export]")'
@@ -257,8 +260,9 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
   {"max_difference", "same_class_ids", "metric", "before", "after"}."""
   if quantize and fmt != "litert":
     raise ExportError(f"--quantize={quantize} is for --format=litert (LiteRT's converter quantizes)")
+  output = check_output(output, fmt, workdir)
   require(fmt)
-  workdir_lib.check_writable(os.path.dirname(os.path.abspath(output)), flag="--output")
+  workdir_lib.check_writable(os.path.dirname(output), flag="--output")
   if saved_model:
     workdir_lib.check_saved_model(saved_model)
   _, config, task, model = load_run(workdir)
@@ -273,28 +277,34 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
     before = Comparison(reference, None, image_size,
                         keep_images=REPRESENTATIVE_IMAGES if quantize == "int8" else 0)
     metrics_before = evaluate(task, before)
-    partial = output + ".tmp"
-    _remove(partial)
-    if fmt == "saved_model":
-      task.export(model, partial)
-    else:
-      if quantize == "int8":
-        logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
-      convert(reference, fmt, partial, image_size, quantize, before.images)
+    # Written whole into a folder of its own beside the output, then renamed: a failed export leaves
+    # nothing, and what is removed is only ever this command's own folder.
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.", suffix=".tmp",
+                               dir=os.path.dirname(output))
     try:
-      check = Comparison(reference, load(fmt, partial), image_size)
-      metrics_after = evaluate(task, check)
-    except Exception as e:  # a converter's model its own runtime cannot run
-      _remove(partial)
-      raise ExportError(f"the {fmt} export of {workdir} does not run in its runtime "
-                        f"({first_line(e)[:300]}); nothing was written") from None
-  failures = check.failures()
-  if failures and not quantize:
-    _remove(partial)
-    raise ExportError(f"the {fmt} export of {workdir} failed its check ({'; '.join(failures)} on the "
-                      f"evaluation images, tolerance {TOLERANCE:g} x the output's scale); nothing was written")
-  _remove(output)
-  os.rename(partial, output)
+      partial = os.path.join(staging, os.path.basename(output))
+      with _writing(output):
+        if fmt == "saved_model":
+          task.export(model, partial)
+        else:
+          if quantize == "int8":
+            logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
+          convert(reference, fmt, partial, image_size, quantize, before.images)
+      try:
+        check = Comparison(reference, load(fmt, partial), image_size)
+        metrics_after = evaluate(task, check)
+      except Exception as e:  # a converter's model its own runtime cannot run
+        raise ExportError(f"the {fmt} export of {workdir} does not run in its runtime "
+                          f"({first_line(e)[:300]}); nothing was written") from None
+      failures = check.failures()
+      if failures and not quantize:
+        raise ExportError(f"the {fmt} export of {workdir} failed its check ({'; '.join(failures)} on "
+                          f"the evaluation images, tolerance {TOLERANCE:g} x the output's scale); "
+                          "nothing was written")
+      with _writing(output):
+        os.replace(partial, output)
+    finally:
+      shutil.rmtree(staging, ignore_errors=True)
   metric = task.headline_metrics[0]
   return {"max_difference": check.max_difference, "same_class_ids": check.same / check.compared
           if check.compared else None, "metric": metric, "before": metrics_before[metric],
@@ -302,11 +312,36 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
           "config": config}
 
 
-def _remove(path):
-  if os.path.isdir(path) and not os.path.islink(path):
-    shutil.rmtree(path)
-  elif os.path.lexists(path):
-    os.remove(path)
+def check_output(output, fmt, workdir):
+  """--output as an absolute path, or one line when writing it would replace what the export did not
+  make: an existing folder (the workdir or one of its folders above all), a path inside a folder of
+  the run, or an existing file other than an earlier export of this format."""
+  path = os.path.abspath(output)  # a trailing slash names the same folder
+  run = os.path.realpath(workdir)
+  parent = os.path.realpath(os.path.dirname(path))
+  if os.path.isdir(path):
+    what = "the run's --workdir" if os.path.realpath(path) == run else "an existing folder"
+    raise ExportError(f"--output={output} is {what}; an export never replaces a folder: name a new "
+                      f"path, e.g. {os.path.join(workdir, 'model' + SUFFIX.get(fmt, ''))}")
+  if parent != run and os.path.commonpath([parent, run]) == run:
+    raise ExportError(f"--output={output} is inside {os.path.relpath(parent, run)}/, a folder of the "
+                      f"run {workdir}; write beside the run's files, e.g. "
+                      f"{os.path.join(workdir, 'model' + SUFFIX.get(fmt, ''))}")
+  if os.path.lexists(path) and not (fmt in SUFFIX and path.endswith(SUFFIX[fmt])):
+    raise ExportError(f"--output={output} exists and is not an earlier {fmt} export "
+                      f"({'a name ending ' + SUFFIX[fmt] if fmt in SUFFIX else 'a saved_model is written into a new folder'}); "
+                      "name a new path")
+  return path
+
+
+@contextlib.contextmanager
+def _writing(output):
+  """A write that fails (a full disk, a read-only folder) is one line."""
+  try:
+    yield
+  except (OSError, tf.errors.OpError) as e:
+    raise ExportError(f"cannot write --output={output} ({first_line(e)}); free space or choose "
+                      "another folder; nothing was written") from None
 
 
 def describe(result, fmt, output, quantize):

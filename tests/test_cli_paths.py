@@ -136,3 +136,41 @@ def test_the_command_lines_say_it_in_one_line(paths):
     assert lines[-1].startswith(expected), lines[-5:]
     assert "Traceback" not in result.stderr
     assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
+
+
+def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused(tmp_path, capsys):
+  """scripts/export.py's --output, checked before anything is read: never an existing folder (above
+  all the run's own), nothing inside a folder of the run, no existing file but an earlier export."""
+  from scripts import export  # pylint: disable=g-import-not-at-top
+  run = tmp_path / "run"
+  for folder in ("checkpoints", "saved_model", "eval"):
+    (run / folder).mkdir(parents=True)
+  for name in ("config.json", "model.onnx", "model.tflite"):
+    (run / name).write_text("{}")
+  (tmp_path / "elsewhere").mkdir()
+  refused = [
+      ("onnx", "run", "--output={0} is the run's --workdir; an export never replaces a folder"),
+      ("onnx", "run/", "--output={0} is the run's --workdir"),
+      ("litert", "run/checkpoints", "--output={0} is an existing folder; an export never replaces a folder"),
+      ("saved_model", "run/saved_model/", "--output={0} is an existing folder"),
+      ("saved_model", "elsewhere", "--output={0} is an existing folder"),
+      ("onnx", "run/checkpoints/model.onnx", "--output={0} is inside checkpoints/, a folder of the run"),
+      ("saved_model", "run/eval/exported", "--output={0} is inside eval/, a folder of the run"),
+      ("onnx", "run/config.json", "--output={0} exists and is not an earlier onnx export (a name ending .onnx)"),
+      ("onnx", "run/model.tflite", "--output={0} exists and is not an earlier onnx export"),
+      ("saved_model", "run/model.onnx", "--output={0} exists and is not an earlier saved_model export"),
+  ]
+  for fmt, output, said in refused:
+    output = str(tmp_path / output) + ("/" if output.endswith("/") else "")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+      cli.run_guarded(export.check_output, output, fmt, str(run))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1, (fmt, output, lines)
+    assert lines[0].startswith("error: " + said.format(output)), (fmt, output, lines)
+  # An earlier export of the format is replaced; a new name beside the run's files is taken as is.
+  for fmt, output in (("onnx", "run/model.onnx"), ("litert", "run/model.tflite"), ("onnx", "run/new.onnx"),
+                      ("saved_model", "run/exported"), ("litert", "elsewhere/m.tflite")):
+    assert export.check_output(str(tmp_path / output), fmt, str(run)) == str(tmp_path / output)
+  assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "eval", "model.onnx", "model.tflite",
+                                     "saved_model"]

@@ -248,3 +248,46 @@ def test_triplet_json_files_read_back_broken_are_one_line_naming_them(tmp_path, 
     (tmp_path / "metrics.json").write_text(text)
     threshold, why = triplet_predict.metrics_threshold(str(tmp_path), 20)
     assert threshold is None and why.startswith(f"{tmp_path / 'metrics.json'} {said}"), why
+
+
+def state_file_cases(older, newest):
+  """{case: write(path) of a broken checkpoint state file (`checkpoints/checkpoint`)} whose
+  checkpoint files are sound: the newest must still be found."""
+  def dangling(path):
+    os.remove(path)
+    for name in glob.glob(newest + ".*"):
+      os.remove(name)
+    checkpoints.write_state(os.path.dirname(path), ["ckpt-98", "ckpt-99"])
+
+  return {
+      "garbage": lambda path: open(path, "w").write("model_checkpoint_path: ckpt-20\n{{{ garbage\n"),
+      "empty": lambda path: open(path, "w").close(),
+      "not UTF-8": lambda path: open(path, "wb").write(b"\xff\xfe\x00model"),
+      "missing": os.remove,
+      "dangling": dangling,  # names checkpoints that are gone (the newest gone too: `older` is found)
+      "a folder": lambda path: (os.remove(path), os.mkdir(path)),  # last: its error line silences the log
+  }
+
+
+def test_a_broken_checkpoint_state_file_is_never_trusted_alone(tmp_path, caplog, capsys):
+  """evaluate, predict and export find the newest complete checkpoint from the files; the chief of a
+  training run rewrites the state file so that its CheckpointManager goes on from them."""
+  for case in state_file_cases("", ""):
+    workdir = tmp_path / case.replace(" ", "_")
+    older, newest = write_run("segmentation", workdir)
+    state_file = os.path.join(checkpoints.checkpoint_dir(str(workdir)), "checkpoint")
+    state_file_cases(older, newest)[case](state_file)
+    expected = older if case == "dangling" else newest
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+      assert checkpoints.newest(checkpoints.checkpoint_dir(str(workdir))) == expected, case
+      evaluate("segmentation", workdir)
+    assert f"{state_file} (TensorFlow's list of checkpoints)" in caplog.text, case
+    assert f"evaluating {expected}\n" in caplog.text, case
+    if case == "a folder":  # never replaced: one line says what to do
+      line = error_line(capsys, checkpoints.repair_state, checkpoints.checkpoint_dir(str(workdir)))
+      assert line.startswith(f"error: cannot rewrite {state_file} (") and line.endswith(
+          "remove it (the checkpoints are found from their files) and run the same command again"), line
+      continue
+    checkpoints.repair_state(checkpoints.checkpoint_dir(str(workdir)))
+    assert tf.train.latest_checkpoint(checkpoints.checkpoint_dir(str(workdir))) == expected, case

@@ -1,8 +1,10 @@
 """The segmentation trainer end to end: the README's job, resume after SIGTERM, bad input, TensorBoard."""
 import csv
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -285,3 +287,37 @@ def test_best_miou_weights_are_the_exported_ones(tmp_path):
   images = next(iter(task.eval_dataset))[0]
   serve = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
   np.testing.assert_allclose(serve(images=images)["logits"].numpy(), model(images).numpy(), atol=1e-5)
+
+
+def file_digests(root):
+  """{path under root: sha256 of its bytes} of every file under root."""
+  return {os.path.relpath(os.path.join(folder, name), root):
+          hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
+          for folder, _, names in os.walk(root) for name in names}
+
+
+def test_an_export_onto_the_run_or_a_garbage_checkpoint_state_file_loses_nothing(smoke_run, tmp_path, run_cli):
+  """The two ways a finished run was lost: `export.py --output=<the workdir>` replaced it with one ONNX
+  file; a garbage checkpoints/checkpoint made the same training command start again at step 0."""
+  workdir = tmp_path / "run"
+  shutil.copytree(smoke_run[1], workdir)
+  before = file_digests(workdir)
+  for output in (str(workdir), f"{workdir}/"):
+    exported = run_cli(["scripts/export.py", f"--workdir={workdir}", "--format=onnx", f"--output={output}"])
+    lines = exported.stderr.strip().splitlines()
+    assert exported.returncode == 2 and [line for line in lines if line.startswith("error")] == lines[-1:] == [
+        f"error: --output={output} is the run's --workdir; an export never replaces a folder: name a new "
+        f"path, e.g. {workdir}/model.onnx"], lines
+  assert file_digests(workdir) == before
+  state_file = workdir / "checkpoints" / "checkpoint"
+  state_file.write_text("model_checkpoint_path: {{{ not a checkpoint state\n")
+  rerun = run_cli(["-m", "segmentation.train", "--config=configs/segmentation.py:smoke", f"--workdir={workdir}"])
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert (f"{state_file} (TensorFlow's list of checkpoints) is unreadable; using the "
+          in rerun.stderr and f"found from the files, the newest {workdir}/checkpoints/ckpt-30" in rerun.stderr)
+  assert f"resuming from {workdir}/checkpoints/ckpt-30 at step 30" in rerun.stderr
+  after = file_digests(workdir)
+  kept = {path: digest for path, digest in before.items() if path.startswith("checkpoints/ckpt-")}
+  assert kept and {path: after.get(path) for path in kept} == kept
+  assert json.loads((workdir / "metrics.json").read_text())["step"] == 30
+  assert tf.train.latest_checkpoint(str(workdir / "checkpoints")) == f"{workdir}/checkpoints/ckpt-30"

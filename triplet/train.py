@@ -13,7 +13,6 @@ if __name__ == "__main__":
 import os
 
 from absl import logging
-import tensorflow as tf
 
 from common.app import commands
 from common.app import startup
@@ -35,7 +34,7 @@ def evaluate_before_training(task, model, workdir):
   task.INITIAL_ROC."""
   path = os.path.join(workdir, "initial_eval.json")
   if not os.path.exists(path):
-    if tf.train.latest_checkpoint(checkpoints.checkpoint_dir(workdir)):
+    if checkpoints.newest(checkpoints.checkpoint_dir(workdir)):
       return {}
     untrained, raw_pixels = evaluation_lib.make_evaluate_fn(task, model)(), task_lib.raw_pixel_evaluation(task)
     results = dict(untrained.metrics, **{RAW_PIXELS + k: v for k, v in raw_pixels.metrics.items()})

@@ -3,6 +3,7 @@ and the best evaluation's weights. TensorFlow's CheckpointManager does every sav
 "newest" lookup; nothing here stages or renames checkpoint files by hand (a failed read looks for
 the files it needed, to say which one is gone)."""
 import contextlib
+import glob
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from common.contract.errors import CheckpointError
 from common.contract.errors import CheckpointVanished
 from common.contract.errors import ConfigError
 from common.contract.errors import first_line
+from common.contract.errors import WorkdirError
 from common.runtime import workdir as workdir_lib
 
 
@@ -92,14 +94,91 @@ def _damaged_file(path, error):
   return path + ".index" if path + ".index" in message else f"checkpoint {path}"
 
 
+def _state(directory):
+  """(directory's CheckpointState or None, what is wrong with its state file or None)."""
+  state_file = os.path.join(directory, "checkpoint")
+  try:
+    state = tf.train.get_checkpoint_state(directory)  # None when missing or unparsable
+  except ValueError:  # empty, no newest checkpoint named, or not UTF-8
+    return None, "empty or unreadable"
+  if state is None:
+    return None, "unreadable" if tf.io.gfile.exists(state_file) else "missing"
+  return state, None
+
+
+def listed(directory):
+  """The complete checkpoints of directory, oldest first: those its state file (`checkpoint`,
+  CheckpointManager's list) names whose files are there; when that file is missing, unreadable,
+  empty or names none that are there, those found from the files, with a warning: the state file
+  is never trusted alone (a garbage one must not restart a trained run at step 0)."""
+  state, problem = _state(directory)
+  paths = [path for path in (state.all_model_checkpoint_paths if state else []) if complete(path)]
+  if paths:
+    return paths
+  found = _found_in(directory)
+  if found:
+    logging.warning("%s (TensorFlow's list of checkpoints) %s; using the %d complete checkpoint(s) "
+                    "found from the files, the newest %s", os.path.join(directory, "checkpoint"),
+                    f"is {problem}" if problem else "names none of the checkpoint files there",
+                    len(found), found[-1])
+  return found
+
+
+def complete(path):
+  """Whether checkpoint `path` has its index and every data shard."""
+  return _missing_file(path) is None
+
+
+def _found_in(directory):
+  """The complete checkpoints `<name>-<number>` in directory, from their files, by number."""
+  numbered = []
+  for index in tf.io.gfile.glob(os.path.join(glob.escape(directory), "*-*.index")):
+    match = re.fullmatch(r"(.+)-(\d+)\.index", os.path.basename(index))
+    path = index[:-len(".index")]
+    if match and complete(path):
+      numbered.append((int(match.group(2)), path))
+  return [path for _, path in sorted(numbered)]
+
+
 def newest(directory, skip=None):
-  """The newest checkpoint in directory (CheckpointManager's list) whose index is there, other than
-  `skip`; None when there is none."""
-  state = tf.train.get_checkpoint_state(directory)
-  for path in reversed(state.all_model_checkpoint_paths if state else []):
-    if path != skip and tf.io.gfile.exists(path + ".index"):
+  """The newest complete checkpoint in directory (listed), other than `skip`; None when there is none."""
+  for path in reversed(listed(directory)):
+    if path != skip:
       return path
   return None
+
+
+def repair_state(directory):
+  """Rewrites directory's state file when it does not list exactly its complete checkpoints
+  (listed), so that a resumed run's CheckpointManager goes on with their list and prunes the old
+  ones. The chief's, before its CheckpointManager reads the file."""
+  state, _ = _state(directory)
+  paths = listed(directory)
+  if paths and (state is None or list(state.all_model_checkpoint_paths) != paths):
+    state_file = os.path.join(directory, "checkpoint")
+    try:
+      write_state(directory, paths)
+    except (OSError, tf.errors.OpError) as e:
+      raise WorkdirError(f"cannot rewrite {state_file} ({first_line(e)}); remove it (the checkpoints "
+                         "are found from their files) and run the same command again") from None
+    logging.warning("%s rewritten to list those checkpoints", state_file)
+
+
+def write_state(directory, paths):
+  """Writes directory's state file listing `paths` (the last the newest), with relative names as
+  CheckpointManager writes it. By hand: TensorFlow's writer of it (update_checkpoint_state) is
+  deprecated and logs so; the file is a text proto of two repeated fields."""
+  names = [json.dumps(os.path.basename(path)) for path in paths]
+  text = "".join([f"model_checkpoint_path: {names[-1]}\n",
+                  *(f"all_model_checkpoint_paths: {name}\n" for name in names)])
+  partial = os.path.join(directory, f".checkpoint-{os.getpid()}.tmp")
+  try:
+    with tf.io.gfile.GFile(partial, "w") as f:
+      f.write(text)
+    tf.io.gfile.rename(partial, os.path.join(directory, "checkpoint"), overwrite=True)
+  finally:
+    if tf.io.gfile.exists(partial):
+      tf.io.gfile.remove(partial)
 
 
 def restore_newest(checkpoint, directory):
@@ -165,7 +244,9 @@ class BestWeights:
     self._cluster = cluster
     self._manager = None
     self.best = None
-    latest = tf.train.latest_checkpoint(best_dir(cluster.workdir)) if metric else None
+    if cluster.chief:
+      repair_state(best_dir(cluster.workdir))
+    latest = newest(best_dir(cluster.workdir)) if metric else None
     if latest:
       saved = read_json_variable(latest, "best")
       self.best = saved if saved["metric"] == metric else None

@@ -44,6 +44,8 @@ class RunCheckpoint:
     self.input_fingerprint = cluster.input_fingerprint(input_fingerprint)
     self._saved_fingerprint = tf.Variable(json.dumps(self.input_fingerprint, sort_keys=True),
                                           trainable=False, name="input_fingerprint")
+    if cluster.chief:
+      checkpoints_lib.repair_state(self.directory)
     self.iterator = iter(cluster.shard(dataset))
     # Everything but the input position: what a restore with a fresh input pipeline reads.
     self._variables = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
@@ -59,7 +61,7 @@ class RunCheckpoint:
 
   def latest(self):
     """The newest checkpoint of the run, in the workdir (every worker reads the chief's)."""
-    return tf.train.latest_checkpoint(self.directory)
+    return checkpoints_lib.newest(self.directory)
 
   def restore(self, reset_input_pipeline):
     """Resumes from the newest checkpoint, input position included unless the input changed
