@@ -54,7 +54,8 @@ def train_and_evaluate(config, workdir):
   """Fine-tunes, evaluates and exports; returns the final metrics (also in workdir/metrics.json)."""
   slim_path = choose_start(config, workdir)  # first, so that a wrong path fails in seconds
   strategy = startup.prepare_run(config, workdir)
-  task = task_lib.make_task(config, workdir)
+  with commands.chief_first(strategy):  # the synthetic data, written once
+    task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()
     if slim_path:

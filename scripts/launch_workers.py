@@ -84,6 +84,8 @@ class Workers:
       if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
           os.kill(process.pid, signum)
+          if hasattr(signal, "SIGCONT"):  # a stopped worker (SIGSTOP) acts on the signal only once resumed
+            os.kill(process.pid, signal.SIGCONT)
 
   def kill_all(self):
     """Popen.kill: SIGKILL on POSIX, TerminateProcess on Windows (which has no SIGKILL)."""

@@ -25,7 +25,8 @@ def headline(results):
 def train_and_evaluate(config, workdir):
   """Trains, evaluates and exports; returns the final metrics (also in workdir/metrics.json)."""
   strategy = startup.prepare_run(config, workdir)
-  task = task_lib.make_task(config, workdir)
+  with commands.chief_first(strategy):  # the synthetic data, written once
+    task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()
     phases = task.make_phases(model, config.mixed_precision)

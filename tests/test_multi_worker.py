@@ -15,7 +15,6 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-import yaml
 
 from common.training import distributed
 from common.runtime import hardware
@@ -290,48 +289,71 @@ def test_launcher_gives_each_worker_its_tf_config_and_stops_all_when_one_fails(t
   assert "worker 1 exited with code 3: stopping the others" in output
 
 
-def test_tfjob_manifest_runs_a_trainer_of_this_repository():
-  with open(os.path.join(helpers.REPO_ROOT, "deploy", "tfjob.yaml")) as f:
-    job = yaml.safe_load(f)
-  assert job["kind"] == "TFJob"
-  spec = job["spec"]["tfReplicaSpecs"]["Worker"]
-  assert spec["replicas"] >= 2
-  container, = spec["template"]["spec"]["containers"]
-  assert container["name"] == "tensorflow"  # the name Kubeflow's training operator expects
-  command = container["command"]
-  assert command[:3] == ["python", "-m", "segmentation.train"]
-  config = [a for a in command if a.startswith("--config=")][0].split("=", 1)[1]
-  assert os.path.isfile(os.path.join(helpers.REPO_ROOT, config))
-
-
-def test_the_dockerfile_installs_the_requirements_and_the_repository_and_the_tfjob_names_its_tag():
-  root = helpers.REPO_ROOT
-  with open(os.path.join(root, "deploy", "Dockerfile")) as f:
-    dockerfile = f.read()
-  copied = {source.rstrip("/") for line in re.findall(r"^COPY (.+)$", dockerfile, re.M)
-            for source in line.split()[:-1]}
-  # requirements.txt installs the repository (-e .): pyproject.toml and every package it lists.
-  with open(os.path.join(root, "requirements.txt")) as f:
-    assert "-e ." in f.read()
-  with open(os.path.join(root, "pyproject.toml")) as f:
-    packages = json.loads(re.search(r"^packages = (\[.*\])$", f.read(), re.M).group(1))
-  needed = {"requirements.txt", "pyproject.toml"} | {package.split(".")[0] for package in packages}
-  assert needed <= copied and all(os.path.exists(os.path.join(root, path)) for path in copied)
-  install = dockerfile.index('RUN pip install --no-cache-dir "${TENSORFLOW}" -r requirements.txt')
-  assert all(dockerfile.index(f"COPY {path}") < install for path in ("requirements.txt", "common/"))
-  assert re.search(r"^ARG TENSORFLOW=tensorflow$", dockerfile, re.M)
-
-  # The README's build command tags the image the TFJob runs, from the Dockerfile's WORKDIR.
-  with open(os.path.join(root, "README.md")) as f:
-    build = re.search(r"^docker build -f deploy/Dockerfile (.*) -t (\S+) \.$", f.read(), re.M)
-  assert build and '--build-arg TENSORFLOW="tensorflow[and-cuda]"' in build.group(1)
-  with open(os.path.join(root, "deploy", "tfjob.yaml")) as f:
-    container, = yaml.safe_load(f)["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
-  assert container["image"] == build.group(2)
-  assert container["workingDir"] == re.search(r"^WORKDIR (\S+)$", dockerfile, re.M).group(1)
-
-
 def test_multi_worker_without_tf_config_is_one_line(monkeypatch):
   monkeypatch.delenv("TF_CONFIG", raising=False)
   with pytest.raises(ConfigError, match="distribution.strategy='multi_worker' needs TF_CONFIG"):
     hardware.make_strategy("multi_worker")
+
+
+# `python -c UNEVEN module flags...` runs the trainer module; worker 0 sizes its compiled calls by
+# steps alone (train.seconds_per_loop=0: 100 steps), worker 1 by its own measured step time (1 s of
+# steps), so that each would choose its own call lengths: on the code before the lengths were
+# agreed, the two workers' collectives stopped lining up and both hung in the first long call.
+UNEVEN = """
+import json, os, runpy, sys
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+  sys.argv.append("--config.train.seconds_per_loop=0")
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_workers_that_would_size_their_calls_differently_agree_and_end_as_one_step_calls_do(tmp_path):
+  """Calls of the agreed lengths (progress every 10 steps: calls up to 10 long) give the weights of
+  calls of one step each (progress every step), bit for bit, and one clean result. (A one-process
+  run's figures differ from two workers' by the order of float sums: BatchNorm's moving means by up
+  to ~1e-2 after these 30 steps, ~3e-5 after test_two_workers_...'s 4.)"""
+  uneven, one_step = tmp_path / "uneven", tmp_path / "one_step"
+  args = ["--config=configs/segmentation.py:smoke", "--config.train.num_steps=30",
+          "--config.model.sync_batch_norm=True", "--config.summaries.images_every=1000"]
+  code, output = launch(["-c", UNEVEN, "segmentation.train", *args, f"--workdir={uneven}"], tmp_path / "tmp")
+  assert code == 0, output[-3000:]
+  check_one_result(output, uneven, "validation mIoU ")
+  assert not re.search(r"StartAbort|crashed|Traceback|^\[worker \d\] error", output, re.M), output[-3000:]
+  code, reference = launch(["-m", "segmentation.train", *args, "--config.train.log_every=1",
+                            f"--workdir={one_step}"], tmp_path / "tmp")
+  assert code == 0, reference[-3000:]
+  result = re.compile(r"^\[worker 0\] (validation mIoU .*)$", re.M)
+  assert result.findall(output) == result.findall(reference)
+  agreed = model_weights(str(uneven / "checkpoints" / "ckpt-30"))
+  single_steps = model_weights(str(one_step / "checkpoints" / "ckpt-30"))
+  assert agreed.keys() == single_steps.keys() and len(agreed) > 10
+  for name in agreed:
+    np.testing.assert_array_equal(agreed[name], single_steps[name], err_msg=name)
+
+
+@pytest.mark.slow
+def test_a_stalled_worker_ends_the_run_with_a_retryable_code_and_a_rerun_finishes(tmp_path):
+  """Worker 1 stopped (SIGSTOP) mid-run: worker 0 ends within the stall limit with one line and exit
+  code 142 (an orchestrator's retry), the launcher with it; the same command then resumes."""
+  workdir = tmp_path / "run"
+  checkpoints = workdir / "checkpoints"
+  args = segmentation_args(workdir, 1000, "--config.train.checkpoint_every=2", "--config.train.eval_every=1000",
+                           "--config.train.stall_timeout_s=20")
+  process = start_launcher(args, tmp_path / "tmp")
+  pids = _worker_pids(wait_for(process, checkpoints / "ckpt-4.index"))
+  os.kill(pids[1], signal.SIGSTOP)
+  stopped = time.monotonic()
+  code, output = finish(process)
+  assert code == 142, output[-3000:]
+  errors = re.findall(r"^\[worker 0\] (error: .*)$", output, re.M)
+  assert len(errors) == 1 and "exiting with code 142 so that the run is restarted" in errors[0], output[-3000:]
+  assert "Traceback" not in output
+  assert time.monotonic() - stopped < 20 + 60  # the stall limit, and the launcher's stop of worker 1
+  stalled = int(tf.train.latest_checkpoint(str(checkpoints)).rsplit("-", 1)[1])
+  args[args.index("--config.train.num_steps=1000")] = f"--config.train.num_steps={stalled + 2}"
+  code, finished = launch(args, tmp_path / "tmp")
+  assert code == 0, finished[-3000:]
+  assert re.search(rf"^\[worker 0\] .*resuming from .*ckpt-{stalled} at step {stalled}", finished, re.M)
+  assert tf.train.latest_checkpoint(str(checkpoints)).endswith(f"ckpt-{stalled + 2}")

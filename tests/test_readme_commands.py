@@ -87,8 +87,9 @@ ADAPTATIONS = {
     "TF_CONFIG=": Skip("one command per host (host0, host1) with shared storage; "
                        "scripts/launch_workers.py (run above) starts the same on one machine"),
     "kubectl apply": Skip("needs a Kubernetes cluster with Kubeflow's training operator"),
-    "docker build": Skip("needs a Docker daemon and the network; tests/test_multi_worker.py checks "
-                         "deploy/Dockerfile and that the TFJob names this tag"),
+    "docker build": Skip("needs a container builder and the network (the base image, TensorFlow's "
+                         "wheels); tests/test_deploy.py checks deploy/Dockerfile's pin per card and "
+                         "that the TFJob names the cc5 tag"),
     "docker push": Skip("needs a registry"),
     "python -m segmentation.train --config=configs/segmentation.py": Run(
         "the default preset trains 800 steps; the smoke preset runs the same code in seconds",

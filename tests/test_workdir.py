@@ -390,3 +390,34 @@ def test_a_full_disk_during_the_export_is_one_line_and_a_rerun_exports(tmp_path,
     subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)
     export_tiny(large, target)
     assert sorted(os.listdir(disk)) == ["saved_model"]
+
+
+def test_a_worker_of_several_finding_the_lock_held_exits_to_be_retried(tmp_path, capsys):
+  """A restarted worker whose dead predecessor's lock its host still holds (a shared folder) is not
+  refused for good (exit 2) but told to retry: ClusterFailed's code, which orchestrators retry."""
+  workdir = str(tmp_path / "run")
+
+  def enter(retryable):
+    with workdir_lib.locked(workdir, retryable=retryable):
+      pass
+
+  with workdir_lib.locked(workdir):
+    for retryable, code in ((False, 2), (True, 142)):
+      capsys.readouterr()
+      with pytest.raises(SystemExit) as exit_info:
+        cli.run_guarded(enter, retryable)
+      lines = capsys.readouterr().err.strip().splitlines()
+      assert exit_info.value.code == code and len(lines) == 1 and lines[0].startswith("error: "), lines
+  assert "exiting with code 142 so that it is tried again" in lines[0], lines
+
+
+def test_a_stall_with_exit_set_is_one_line_and_the_retryable_code():
+  """train.on_stall=exit (with several workers, auto): no step for the limit ends the process at once."""
+  result = run_python(["-c", "import time\nfrom common.training import diagnostics\n"
+                       "with diagnostics.Watchdog(0.5, exit=True) as watchdog:\n"
+                       "  watchdog.beat(7)\n  time.sleep(20)\n"])
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 142, result.stderr[-2000:]
+  assert lines[-1].startswith("error: no training step has finished for ") and (
+      "(train.stall_timeout_s=0.5; last finished step 7): a worker stalled, failed or left; exiting with "
+      "code 142 so that the run is restarted") in lines[-1], lines

@@ -71,12 +71,14 @@ def headline(results, initial):
 def train_and_evaluate(config, workdir):
   """Trains, evaluates and exports; returns the final metrics, with "initial_eval" added."""
   strategy = startup.prepare_run(config, workdir)
-  task = task_lib.make_task(config, workdir)
+  with commands.chief_first(strategy):  # the synthetic data, written once
+    task = task_lib.make_task(config, workdir)
   with strategy.scope():
     model = task.build_model()
     phases = task.make_phases(model, config.mixed_precision)
   logging.info("model: %d parameters; %s", model.count_params(), task.describe)
-  initial = evaluate_before_training(task, model, workdir)
+  with commands.chief_first(strategy):
+    initial = evaluate_before_training(task, model, workdir)
   results = commands.train_and_export(config, workdir, strategy=strategy, model=model, phases=phases,
                                       task=task, headline=lambda r: headline(r, initial), outputs=OUTPUTS)
   return dict(results, initial_eval=initial)

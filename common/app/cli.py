@@ -15,6 +15,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from common.contract import config as config_lib
+from common.contract.errors import ClusterFailed
 from common.contract.errors import CheckpointError
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
@@ -243,6 +244,8 @@ def run_guarded(function, *args):
       fail(str(e))
     except TrainingDiverged as e:
       fail(f"training diverged: {e}", EXIT_DIVERGED)
+    except ClusterFailed as e:
+      fail(str(e), ClusterFailed.EXIT_CODE)
     except signals.Interrupted as e:
       print(str(e), file=sys.stderr, flush=True)
       sys.exit(128 + e.signum)

@@ -21,18 +21,26 @@ def run_training(default_config, default_workdir, train_and_evaluate):
   cli.run(lambda argv: train_and_evaluate(config_flag.value, workdir_flag.value))
 
 
+# What a trainer writes once a workdir (synthetic data, baselines): with several workers the chief
+# writes it while the others wait, then they read it.
+chief_first = distributed.chief_first
+
+
 def train_and_export(config, workdir, *, strategy, model, phases, task, headline, outputs):
   """Trains through the shared loop, exports the SavedModel, then prints headline(results) and a
   line naming the outputs (`outputs`, then the SavedModel's folder); returns the final metrics
   (also in workdir/metrics.json).
 
   Every worker exports (a collective save); the chief's copy is kept, and the chief alone prints
-  the figures (every worker has the same): the others say where the run's outputs are.
+  the figures (every worker has the same): the others say where the run's outputs are. Several
+  workers leave together, and a worker that failed or left ends the others in one line with a
+  retryable exit code (distributed.failing_together).
   """
-  results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task,
-                             command_line=cli.command_line_choices())
-  with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
-    saved_model = task.export(model, path)
+  with distributed.failing_together(strategy):
+    results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task,
+                               command_line=cli.command_line_choices())
+    with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+      saved_model = task.export(model, path)
   if hardware.is_chief(strategy):
     print(f"{headline(results)}\n"
           f"outputs in {os.path.abspath(workdir)}: {outputs}, {os.path.basename(saved_model)}/", flush=True)

@@ -46,6 +46,10 @@ def base_config():
   config.train.stall_update_ratio = 1e-10
   # Warn when no step finishes for this long (a stuck input pipeline); 0 turns it off.
   config.train.stall_timeout_s = 600.0
+  # What a stall does: "warn"; "exit" with a retryable code (142) for an orchestrator to restart the
+  # run from its last checkpoint; "auto" exits with several workers (the others would wait in a
+  # collective for ever) and warns alone.
+  config.train.on_stall = "auto"
   config.train.jit_compile = False
   # Training steps per compiled call (Keras' steps_per_execution): metrics are read once per call,
   # and a call also ends at the next log line, summary, checkpoint, evaluation or phase end.
@@ -247,6 +251,7 @@ def validate_config(config):
                        "summaries.histograms_every", "summaries.max_summary_bytes"], POSITIVE_INT),
       "train.stall_update_ratio": NON_NEGATIVE,
       "train.stall_timeout_s": NON_NEGATIVE,  # 0 = off
+      "train.on_stall": one_of("auto", "warn", "exit"),
       "train.seconds_per_loop": NON_NEGATIVE,  # 0 = no limit
       "train.jit_compile": BOOL,
       "train.reset_input_pipeline": BOOL,

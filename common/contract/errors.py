@@ -39,3 +39,11 @@ class WorkdirError(UserError):
 class TrainingDiverged(Exception):
   """Too many non-finite steps in a row; the message says where the values went non-finite (exit
   code 3, not a user error)."""
+
+
+class ClusterFailed(Exception):
+  """With several workers, no step for train.stall_timeout_s, or a worker that failed or left: the
+  run ends with EXIT_CODE, which an orchestrator retries (Kubeflow's ExitCode policy retries 128-255;
+  it is 128 + SIGALRM, a timer's), and the restarted run resumes from its last checkpoint."""
+
+  EXIT_CODE = 142

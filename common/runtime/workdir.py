@@ -23,6 +23,7 @@ import filelock
 import psutil
 
 from common.contract import config as config_lib
+from common.contract.errors import ClusterFailed
 from common.contract.errors import CheckpointError
 from common.contract.errors import DataError
 from common.contract.errors import WorkdirError
@@ -80,12 +81,14 @@ def check_saved_model(path):
 
 
 @contextlib.contextmanager
-def locked(workdir):
+def locked(workdir, retryable=False):
   """Holds <workdir>/LOCK for the block, named in LOCK.owner; a run holding it is one line naming it.
 
   An owner left in LOCK.owner while the lock is free is a run that ended without releasing it
   (killed): the lock is taken over with a warning. A lock held from another host (a shared folder)
-  may outlive a run that host lost, so its refusal says to delete LOCK if that run is gone.
+  may outlive a run that host lost, so its refusal says to delete LOCK if that run is gone. With
+  `retryable` (a worker of several, which an orchestrator restarts, perhaps on another host while
+  its dead predecessor's lock is still held there) the refusal is ClusterFailed: a retry, not an end.
   """
   path = os.path.join(workdir, LOCK_FILENAME)
   owner_path = os.path.join(workdir, OWNER_FILENAME)
@@ -97,6 +100,11 @@ def locked(workdir):
   except filelock.Timeout:  # an OSError too, so caught first
     owner = _read_owner(owner_path)
     elsewhere = owner and not owner.endswith(f" on {socket.gethostname()}")
+    if retryable:
+      raise ClusterFailed(f"{workdir} is locked by {owner or 'an unknown process'} (a run before this "
+                          f"one, perhaps this worker's own predecessor whose lock its host has not yet "
+                          f"released); exiting with code {ClusterFailed.EXIT_CODE} so that it is tried "
+                          "again") from None
     raise WorkdirError(f"{workdir} is in use by another run ({owner or 'unknown process'}); wait for it "
                        f"to end or stop it, or choose another --workdir"
                        f"{f'; if that run is gone, delete {path}' if elsewhere else ''}") from None

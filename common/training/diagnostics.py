@@ -1,5 +1,7 @@
 """Finding where training went wrong: non-finite values, activation statistics, stalls."""
 import math
+import os
+import sys
 import threading
 import time
 
@@ -7,6 +9,8 @@ from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
+
+from common.contract.errors import ClusterFailed
 
 # Elements sampled per variable to tell whether the weights moved (cheap next to a full copy).
 _SAMPLE_PER_VARIABLE = 64
@@ -81,12 +85,17 @@ def relative_update(before, after):
 
 
 class Watchdog:
-  """Warns when no training step has finished for timeout_s (a stuck input pipeline, a hung device)."""
+  """Acts when no training step has finished for timeout_s (a stuck input pipeline, a hung device, a
+  worker that stalled or left while the others wait in a collective): warns, or with `exit`, says
+  so in one line and ends the process at once with ClusterFailed.EXIT_CODE (a hang inside a
+  collective cannot be interrupted; nothing half-done is saved, the last checkpoint stands)."""
 
-  def __init__(self, timeout_s):
+  def __init__(self, timeout_s, exit=False):  # pylint: disable=redefined-builtin
     self.timeout_s = timeout_s
+    self.exit = exit
     self._last_beat = time.monotonic()
     self._step = 0
+    self._paused = False
     self._stop = threading.Event()
     self._thread = None
 
@@ -99,14 +108,28 @@ class Watchdog:
   def beat(self, step):
     self._step = step
     self._last_beat = time.monotonic()
+    self._paused = False
+
+  def pause(self):
+    """Not training until the next beat (an evaluation): no stall is counted meanwhile."""
+    self._paused = True
 
   def _watch(self):
-    while not self._stop.wait(min(self.timeout_s, 30.0)):
+    while not self._stop.wait(min(self.timeout_s / 4, 30.0)):
       idle = time.monotonic() - self._last_beat
-      if idle > self.timeout_s:
-        logging.warning("no training step has finished for %.0f s (last finished step: %d); "
-                        "the input pipeline or the device may be stuck", idle, self._step)
-        self._last_beat = time.monotonic()
+      if self._paused or idle <= self.timeout_s:
+        continue
+      if self.exit:
+        sys.stderr.write(
+            f"error: no training step has finished for {idle:.0f} s (train.stall_timeout_s="
+            f"{self.timeout_s:g}; last finished step {self._step}): a worker stalled, failed or left; "
+            f"exiting with code {ClusterFailed.EXIT_CODE} so that the run is restarted, nothing "
+            "half-done saved: the same command resumes from the last checkpoint\n")
+        sys.stderr.flush()
+        os._exit(ClusterFailed.EXIT_CODE)  # pylint: disable=protected-access
+      logging.warning("no training step has finished for %.0f s (last finished step: %d); "
+                      "the input pipeline or the device may be stuck", idle, self._step)
+      self._last_beat = time.monotonic()
 
   def __exit__(self, *exc):
     self._stop.set()

@@ -19,6 +19,7 @@ from absl import logging
 import tensorflow as tf
 
 from common.contract.errors import CheckpointError
+from common.contract.errors import ClusterFailed
 from common.contract.errors import ConfigError
 from common.runtime import hardware
 from common.runtime import signals
@@ -81,13 +82,23 @@ class Cluster:
     if self._stop_flag is not None and signals.pending():
       self._stop_flag.assign(1.0)
 
-  def stop_votes(self):
-    """Inside the compiled call: {"stop": the sum of every worker's flag} (the same on all of
-    them after the same call) with several workers; {} alone."""
+  def agree(self, proposal):
+    """Inside the compiled call: with several workers, {"stop": the sum of every worker's signal
+    flag, "next_length": the smallest of every worker's proposed length of the next call}, the
+    same numbers on all of them after the same call (one all-gather); {} alone. Every worker then
+    runs calls of the same length, so their collectives line up whatever each one's speed."""
     if self._stop_flag is None:
       return {}
-    return {"stop": self.strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                         self.strategy.run(self._stop_flag.read_value), axis=None)}
+    votes = self.strategy.gather(self.strategy.run(
+        lambda: tf.stack([self._stop_flag.read_value(), tf.cast(proposal, tf.float32)])[None]), axis=0)
+    return {"stop": tf.reduce_sum(votes[:, 0]), "next_length": tf.cast(tf.reduce_min(votes[:, 1]), tf.int32)}
+
+  def call_length(self, proposal, call=None):
+    """The number of steps of the next compiled call: alone, this worker's `proposal`; with several
+    workers, what the last call agreed (`call`, its outputs; agree), and one step before any call."""
+    if self._stop_flag is None:
+      return proposal
+    return 1 if call is None else int(call["next_length"])
 
   def should_stop(self, call=None):
     """The signal to stop the run at, or None: this process's own, except after a compiled call
@@ -193,6 +204,50 @@ def batch_digest(batch):
 def _barrier(strategy):
   """Returns once every worker has reached it (a collective sum of ones); Cluster.barrier compiles it."""
   strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+
+def barrier(strategy):
+  """With several workers, returns once every worker has called it (compiled: eager collectives are
+  slow, and TensorFlow warns); at once alone."""
+  if hardware.num_workers(strategy) > 1:
+    tf.function(lambda: _barrier(strategy))()
+
+
+@contextlib.contextmanager
+def chief_first(strategy):
+  """The block runs on the chief, then on the other workers: what it writes once a workdir
+  (synthetic data, baselines) is written by the chief alone, and the others find it."""
+  if hardware.is_chief(strategy):
+    yield
+    barrier(strategy)
+  else:
+    barrier(strategy)
+    yield
+
+
+# What a collective raises when a worker it waits for failed or left (TensorFlow's coordination
+# service tells the others "The tasks have crashed").
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
+                tf.errors.DeadlineExceededError)
+
+
+@contextlib.contextmanager
+def failing_together(strategy):
+  """With several workers, a collective that fails because another worker failed or left ends the
+  run in one line with ClusterFailed's retryable exit code, instead of a traceback; then every
+  worker leaves together (a last barrier), so that none sees another's exit as a crash."""
+  if hardware.num_workers(strategy) == 1:
+    yield
+    return
+  try:
+    yield
+    barrier(strategy)
+  except _PEER_ERRORS as e:
+    raise ClusterFailed(
+        f"worker {hardware.worker_index(strategy)} of {hardware.num_workers(strategy)}: another "
+        f"worker failed or left (a collective operation ended with {type(e).__name__}); exiting with "
+        f"code {ClusterFailed.EXIT_CODE} so that the run is restarted: the same command resumes from "
+        "the last checkpoint") from None
 
 
 @contextlib.contextmanager

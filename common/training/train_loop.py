@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from common.contract.errors import DataError
 from common.contract.errors import TrainingDiverged
+from common.runtime import hardware
 from common.runtime import run_log
 from common.runtime import signals as signals_lib
 from common.runtime import workdir as workdir_lib
@@ -40,12 +41,13 @@ from common.training import train_step as train_step_lib
 
 
 def make_train_loop(train_step, iterator, cluster, step, max_consecutive):
-  """(loop, names): loop(num_steps, consecutive) runs up to num_steps steps in one compiled call.
+  """(loop, names): loop(num_steps, consecutive, proposal) runs up to num_steps steps in one compiled
+  call; proposal is the length this worker would give the next call (Cluster.agree).
 
   consecutive is the count of non-finite steps in a row so far; the call stops early at the
   step that brings it to max_consecutive. Returns {"metrics": [steps run, K] (one row a step,
-  columns `names`), "consecutive", "last_batch": the host batch of the last step run}, and the
-  cluster's stop votes (Cluster.stop_votes), so that several workers stop together.
+  columns `names`), "consecutive", "last_batch": the host batch of the last step run}, and what the
+  workers agreed (Cluster.agree): whether to stop, and the next call's length.
   The next batch is read (and copied to the step's device) while a step runs, except where
   that step may end the call early: the iterator never reads past the last step run, so that
   its checkpointed position is exact. A dataset that ends raises tf.errors.OutOfRangeError.
@@ -57,7 +59,7 @@ def make_train_loop(train_step, iterator, cluster, step, max_consecutive):
     return cluster.read_ahead(next(iterator))
 
   @tf.function
-  def loop(num_steps, consecutive):
+  def loop(num_steps, consecutive, proposal):
     first = fetch()
     # The step's outputs, known from its trace, set the columns of the metrics rows.
     names[:] = sorted(train_step.get_concrete_function(
@@ -81,7 +83,7 @@ def make_train_loop(train_step, iterator, cluster, step, max_consecutive):
 
     _, consecutive, _, last, rows = tf.while_loop(cond, body, (0, consecutive, first, first, rows))
     out = {"metrics": rows.stack(), "consecutive": consecutive, "last_batch": last}
-    out.update(cluster.stop_votes())
+    out.update(cluster.agree(proposal))
     return out
 
   return loop, names
@@ -112,7 +114,7 @@ def train(config, workdir, *, strategy, model, phases, task, command_line=None):
   TensorBoard's HParams show; None for a run without one.
   """
   with signals_lib.recording(), distributed.chief_path(workdir, strategy) as out, \
-      workdir_lib.locked(out):
+      workdir_lib.locked(out, retryable=hardware.num_workers(strategy) > 1):
     checkpoints = checkpoints_lib.checkpoint_dir(out)
     workdir_lib.check_writable(out, checkpoints)
     workdir_lib.remove_leftovers(checkpoints)
@@ -136,7 +138,8 @@ def train(config, workdir, *, strategy, model, phases, task, command_line=None):
     total_steps = sum(p.num_steps for p in phases)
     start_time = time.time()
     consecutive = 0  # non-finite steps in a row, across phases
-    with diagnostics.Watchdog(config.train.stall_timeout_s) as watchdog:
+    exit_on_stall = config.train.on_stall == "exit" or (config.train.on_stall == "auto" and cluster.workers > 1)
+    with diagnostics.Watchdog(config.train.stall_timeout_s, exit_on_stall) as watchdog:
       phase_end = 0
       for phase in phases:
         phase_end += phase.num_steps
@@ -169,9 +172,10 @@ def _next_boundary(train_cfg, summaries, step, phase_end, max_steps):
 
 
 def _call_length(train_cfg, seconds_per_step):
-  """At most train.steps_per_loop steps, and no more than fill train.seconds_per_loop (so that a
-  signal is honoured soon after it arrives, however slow the step); one step while the speed is
-  unknown (the first call, which traces). Where calls end does not change the weights."""
+  """This worker's length of the next call: at most train.steps_per_loop steps, and no more than
+  fill train.seconds_per_loop (so that a signal is honoured soon after it arrives, however slow the
+  step); one step while the speed is unknown (the first call, which traces). With several workers
+  the smallest of theirs is taken (Cluster.call_length). Where calls end does not change the weights."""
   if not train_cfg.seconds_per_loop:
     return train_cfg.steps_per_loop
   if seconds_per_step is None:
@@ -196,15 +200,16 @@ def _train_phase(config, phase, phase_end, total_steps, model, loss_fn, evaluate
   sample_weights = diagnostics.make_weight_sampler(model.trainable_variables)
   window = _Window(sample_weights)
   step = int(checkpoint.step)
-  seconds_per_step, traced = None, False
+  seconds_per_step, traced, out = None, False, None
   while step < phase_end:
     first, started = step, time.monotonic()
     cluster.flag_signal()
-    length = _call_length(train_cfg, seconds_per_step)
+    proposal = _call_length(train_cfg, seconds_per_step)
+    length = cluster.call_length(proposal, out)
     try:
       out = loop(tf.constant(_next_boundary(train_cfg, summaries, step, phase_end, length) - step,
                              tf.int32),
-                 tf.constant(consecutive, tf.int32))
+                 tf.constant(consecutive, tf.int32), tf.constant(proposal, tf.int32))
     except tf.errors.OutOfRangeError:
       raise DataError(f"the training dataset ended at step {int(checkpoint.step)}; it must repeat "
                       "(.repeat())") from None
@@ -241,7 +246,9 @@ def _train_phase(config, phase, phase_end, total_steps, model, loss_fn, evaluate
     if evaluate or step % train_cfg.checkpoint_every == 0:
       checkpoint.save()  # before the evaluation, so that a failing or interrupted one loses no step
     if evaluate:
+      watchdog.pause()  # an evaluation is no stall, however long
       _evaluate(evaluate_fn, checkpoint, record, summaries)
+      watchdog.beat(step)
     _honour_signal(cluster, checkpoint, record, out)
   return consecutive
 
