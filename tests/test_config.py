@@ -27,6 +27,7 @@ SHARED = [
     ("train.keep_checkpoints", 0), ("train.steps_per_loop", 0), ("train.max_consecutive_nonfinite", 0),
     ("train.stall_update_ratio", -1.0), ("train.stall_update_ratio", math.nan),
     ("train.stall_timeout_s", -1.0), ("train.seconds_per_loop", -1.0), ("train.stall_timeout_s", math.inf),
+    ("train.on_stall", "hang"),
     ("train.jit_compile", None), ("train.reset_input_pipeline", None),
     ("train.best_metric", None), ("train.best_mode", "highest"),
     ("optimizer.learning_rate", 1e-50), ("optimizer.learning_rate", 2.0),
