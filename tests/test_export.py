@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed (CI's tensorflow 2.16.2 "
-                                      "venv: the export extra is not checked with it)")
+pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert")
 
