@@ -204,6 +204,10 @@ def test_a_killed_worker_resumes_with_every_input_position(tmp_path):
   os.kill(pids[1], signal.SIGKILL)
   code, output = finish(process)
   assert code == 128 + signal.SIGKILL, output[-3000:]
+  # The survivor says so in one line (its own exit code 142: a retry) when its collective fails before
+  # the launcher's stop timeout (a lost connection: at once; missed heartbeats: about 10 s): no traceback.
+  assert "Traceback" not in output, output[-3000:]
+  assert len(re.findall(r"^\[worker 0\] (?:error|interrupted)", output, re.M)) <= 1, output[-3000:]
   killed = int(tf.train.latest_checkpoint(str(checkpoints)).rsplit("-", 1)[1])
   assert killed >= 4
 
