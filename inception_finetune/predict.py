@@ -20,7 +20,6 @@ if __name__ == "__main__":
 
 import os
 
-from absl import app
 from absl import flags
 import numpy as np
 import tensorflow as tf
@@ -87,7 +86,7 @@ def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=N
 
 def main(argv):
   if len(argv) < 2:
-    raise app.UsageError("give one or more photos or folders")
+    raise ConfigError("no photo given: name one or more photos or folders after the flags")
   workdir = _WORKDIR.value
   classify(argv[1:], cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value), workdir=workdir,
            saved_model=_SAVED_MODEL.value, top_k=_TOP_K.value, output=_OUTPUT.value)

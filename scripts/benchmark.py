@@ -70,6 +70,7 @@ from common.contract.errors import ConfigError
 from common.contract.errors import UserError
 from common.nn import optimizers
 from common.runtime import hardware
+from common.runtime import workdir as workdir_lib
 from common.training import distributed
 from common.training import train_loop
 from common.training import train_step
@@ -803,14 +804,23 @@ def run_benchmark(args):
 
 def _write_json(results, path):
   if path:
-    with open(path, "w") as f:
+    with workdir_lib.writing(path, flag="--json"), open(path, "w") as f:
       json.dump(to_json(results), f, indent=2)
   return results
+
+
+def check_json_path(path):
+  """A --json that cannot be written is one line before the run, not a traceback after it."""
+  if os.path.isdir(path):
+    raise ConfigError(f"--json={path} is a folder; name the file to write")
+  workdir_lib.check_writable(os.path.dirname(os.path.abspath(path)), flag="--json")
 
 
 def main(argv=None):
   args = parse_args(sys.argv[1:] if argv is None else argv)
   try:
+    if args.json:
+      check_json_path(args.json)
     run_benchmark(args)
   except UserError as e:
     cli.fail(str(e))

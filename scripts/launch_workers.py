@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -142,6 +143,9 @@ def main(argv):
   if not command:
     print("error: no command to run: give it after --, e.g. -- python -m segmentation.train ...",
           file=sys.stderr)
+    return 2
+  if os.path.basename(command[0]) not in ("python", "python3") and not shutil.which(command[0]):
+    print(f"error: cannot run {command[0]}: no such program (on PATH or as a path)", file=sys.stderr)
     return 2
   workers = Workers(command, args.num_workers, args.stop_timeout_s)
   received = []

@@ -250,19 +250,28 @@ def _write_lines(path, lines):
     f.write("".join(f"{line}\n" for line in lines))
 
 
+def _fail(message):
+  """The commands' one `error:` line and exit code 2 (common.app.cli's, without TensorFlow's import)."""
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
 def main(argv):
   del argv
   unknown = sorted(set(flags.FLAGS.sets) - set(SETS))
   if unknown:
-    raise app.UsageError(f"--sets: unknown {', '.join(unknown)}; valid: {', '.join(SETS)}")
+    _fail(f"--sets: unknown {', '.join(unknown)}; valid: {', '.join(SETS)}")
   if not 2 <= flags.FLAGS.train_identities <= 70:
-    raise app.UsageError(f"--train_identities={flags.FLAGS.train_identities}: must be in 2..70")
+    _fail(f"--train_identities={flags.FLAGS.train_identities}: must be in 2..70")
   try:
     written = write_all(flags.FLAGS.output_dir, flags.FLAGS.sets, flags.FLAGS.train_identities)
   except KeyboardInterrupt:  # Ctrl-C: one line, as the trainers say it, not a traceback
     print(f"interrupted by SIGINT: {flags.FLAGS.output_dir} holds part of the sets; run the command "
           "again to write them whole", file=sys.stderr)
     sys.exit(128 + signal.SIGINT)
+  except OSError as e:  # a read-only or full folder
+    _fail(f"cannot write {e.filename or flags.FLAGS.output_dir} ({e.strerror or e}); choose another "
+          "--output_dir or free space, then run the command again")
   for name, folder in written.items():
     print(f"{name}: {folder}")
 

@@ -15,7 +15,6 @@ if __name__ == "__main__":
 
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -24,6 +23,7 @@ import tensorflow as tf
 
 from common.app import cli
 from common.app import predict as predict_lib
+from common.contract.errors import ConfigError
 from common.runtime import workdir as workdir_lib
 from segmentation import data as data_lib
 from segmentation import task as task_lib
@@ -79,7 +79,7 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
 
 def main(argv):
   if len(argv) < 2:
-    raise app.UsageError("give one or more image files or folders")
+    raise ConfigError("no photo given: name one or more photos or folders after the flags")
   workdir = _WORKDIR.value
   predict_files(argv[1:], _OUTPUT_DIR.value, cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value),
                 saved_model=_SAVED_MODEL.value, workdir=workdir, max_pixels=_MAX_PIXELS.value)

@@ -118,3 +118,21 @@ def error_line(capsys, function, *args):
   lines = capsys.readouterr().err.strip().splitlines()
   assert exit_info.value.code == 2 and lines[-1].startswith("error: "), lines
   return lines[-1]
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(runs, tmp_path, capsys):
+  """The export is written in a folder of its own beside --output: a disk that fills up midway is one
+  line, and that folder goes (a 64 KiB tmpfs; the segmentation smoke model's ONNX file is larger)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  disk = tmp_path / "small_disk"
+  disk.mkdir()
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "none", str(disk)], capture_output=True).returncode:
+    pytest.skip("no tmpfs can be mounted here (root can; CI runs as root)")
+  try:
+    output = str(disk / "model.onnx")
+    line = error_line(capsys, export.export, runs["segmentation"], "onnx", output)
+    assert line.startswith(f"error: cannot write --output={output} (") and line.endswith(
+        "free space or choose another folder; nothing was written"), line
+    assert os.listdir(disk) == []
+  finally:
+    subprocess.run(["umount", "-l", str(disk)], check=False)

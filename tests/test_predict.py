@@ -163,9 +163,9 @@ def test_triplet_compare_uses_the_runs_threshold_from_the_workdir_and_the_saved_
   assert distances["workdir"] < 1e-4 and distances["saved_model"] < 1e-4
   # --threshold instead of the run's.
   capsys.readouterr()
-  triplet_predict.run([upright, turned], config, workdir=str(workdir), compare_two=True, threshold=0.0)
+  triplet_predict.run([upright, turned], config, workdir=str(workdir), compare_two=True, threshold=2.0)
   out = capsys.readouterr().out
-  assert "threshold 0.0000 (from --threshold)" in out and out.strip().split()[-1] == "different"
+  assert "threshold 2.0000 (from --threshold)" in out and out.strip().split()[-1] == "same"
 
 
 @pytest.mark.slow  # the triplet smoke run trains first
@@ -232,3 +232,27 @@ def test_the_workdirs_threshold_says_its_step_and_when_there_is_none(tmp_path, c
   assert triplet_predict.metrics_threshold(str(tmp_path), 30) == (
       None, f"{metrics} has none (a run without verification pairs)")
   assert triplet_predict.verdict(0.1, None) == "?"
+
+
+def test_thresholds_and_embedding_files_that_would_mislead_are_refused(tmp_path, capsys):
+  """metrics.json's threshold as a string, null, NaN, negative or a bool is no threshold (the line says
+  why); --threshold NaN or out of (0, 2] and an --embed_to numpy would rename are one line each,
+  before anything loads."""
+  metrics = tmp_path / "metrics.json"
+  for value, why in (('"0.5"', 'is "0.5", not a number'), ("null", "is null, not a number"),
+                     ("NaN", "is nan, not a distance in (0, 2]"), ("-0.9", "is -0.9, not a distance in (0, 2]"),
+                     ("true", "is true, not a number"), ("[0.5]", "is [0.5], not a number")):
+    metrics.write_text(f'{{"eval": {{"verification_threshold": {value}, "step": 3}}}}')
+    assert triplet_predict.metrics_threshold(str(tmp_path), 3) == (
+        None, f"{metrics}'s eval.verification_threshold {why}; pass --threshold"), value
+  photo = str(write_photos(tmp_path)[0])
+  config = helpers.make_config("triplet", "smoke")
+  for kwargs, said in (
+      ({"compare_two": True, "threshold": float("nan")}, "error: --threshold=nan is nan, not a distance in (0, 2]"),
+      ({"compare_two": True, "threshold": -1.0}, "error: --threshold=-1 is -1, not a distance in (0, 2]"),
+      ({"embed_path": str(tmp_path / "x.bin")}, f"error: --embed_to={tmp_path / 'x.bin'}: name a .npy file "
+                                                 f"(numpy writes {tmp_path / 'x.bin'}.npy for this name)")):
+    paths = [photo, photo] if kwargs.get("compare_two") else [photo]
+    line = error_line(capsys, triplet_predict.run, paths, config, workdir=str(tmp_path), **kwargs)
+    assert line == said, line
+  assert not (tmp_path / "x.bin.npy").exists() and not (tmp_path / "x.bin").exists()

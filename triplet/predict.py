@@ -24,9 +24,9 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
+import json
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -61,6 +61,8 @@ def load_saved_model(saved_model):
     values = constants()
     threshold = float(values["threshold"])
     source = f"from the SavedModel, the run's verification pairs at step {int(values['step'])}"
+    if threshold_problem(threshold):
+      threshold, source = None, f"the SavedModel's threshold {threshold_problem(threshold)}; pass --threshold"
   return Embedder(lambda image: serve(images=tf.constant(image[None]))["embeddings"][0].numpy(),
                   threshold, source)
 
@@ -92,6 +94,9 @@ def metrics_threshold(workdir, weights_step):
     return None, str(e)
   if task_lib.VERIFICATION_THRESHOLD not in evaluation:
     return None, f"{path} has none (a run without verification pairs)"
+  why = threshold_problem(evaluation[task_lib.VERIFICATION_THRESHOLD])
+  if why:
+    return None, f"{path}'s eval.{task_lib.VERIFICATION_THRESHOLD} {why}; pass --threshold"
   step = evaluation.get("step")
   if step != weights_step:
     logging.warning("the threshold is the evaluation's at step %s, the weights are of step %d (the "
@@ -99,6 +104,17 @@ def metrics_threshold(workdir, weights_step):
                     step, weights_step)
   return float(evaluation[task_lib.VERIFICATION_THRESHOLD]), \
       f"from {path}, the run's verification pairs at step {step}"
+
+
+def threshold_problem(value):
+  """What makes `value` no verification threshold, or None: the distance of two L2-normalized
+  embeddings is in [0, 2], so a threshold is a number in (0, 2] (at or below 0 no photo would be
+  the same as itself)."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    return f"is {json.dumps(value)}, not a number"
+  if not 0 < value <= 2:
+    return f"is {value:g}, not a distance in (0, 2]"
+  return None
 
 
 def embed_all(embedder, paths):
@@ -158,6 +174,11 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     raise DataError(f"--compare takes two photos, got {len(paths)}: {' '.join(paths[:4])}")
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
+  if threshold is not None and threshold_problem(threshold):
+    raise ConfigError(f"--threshold={threshold:g} {threshold_problem(threshold)}")
+  if embed_path and not embed_path.endswith(".npy"):  # numpy.save would add .npy to any other name
+    raise ConfigError(f"--embed_to={embed_path}: name a .npy file (numpy writes {embed_path}.npy "
+                      "for this name)")
   predict_lib.check_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
                                         "--output": predict_lib.folder_of(output)})
   embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
@@ -175,7 +196,7 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
 
 def main(argv):
   if len(argv) < 2:
-    raise app.UsageError("give one or more photos or folders")
+    raise ConfigError("no photo given: name one or more photos or folders after the flags")
   workdir = _WORKDIR.value
   run(argv[1:], cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value), workdir=workdir,
       saved_model=_SAVED_MODEL.value, embed_path=_EMBED_TO.value, compare_two=_COMPARE.value,
