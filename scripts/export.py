@@ -194,7 +194,7 @@ def load(fmt, path):
   """What the exported model at `path` gives, in its own runtime, as a SavedModel's signature does:
   serve(images=uint8 [B, H, W, 3]) -> {name: tf.Tensor}."""
   if fmt == "saved_model":
-    loaded = tf.saved_model.load(path)  # the signature's variables live as long as it
+    loaded = checkpoints.load_saved_model(path)  # the signature's variables live as long as it
     return lambda images: loaded.signatures["serving_default"](images=images)
   if fmt == "onnx":
     onnxruntime = require(fmt)[1]

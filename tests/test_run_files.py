@@ -4,6 +4,7 @@ away while it is read is retried on the next newest. In one interpreter, on runs
 (config.json and the trainer's model in CheckpointManager checkpoints), without training."""
 import glob
 import os
+import shutil
 import sys
 import types
 
@@ -291,3 +292,49 @@ def test_a_broken_checkpoint_state_file_is_never_trusted_alone(tmp_path, caplog,
       continue
     checkpoints.repair_state(checkpoints.checkpoint_dir(str(workdir)))
     assert tf.train.latest_checkpoint(checkpoints.checkpoint_dir(str(workdir))) == expected, case
+
+
+def cut(path, keep):
+  contents = open(path, "rb").read()
+  open(path, "wb").write(contents[:int(len(contents) * keep)])
+
+
+def test_a_damaged_or_another_trainers_saved_model_is_one_line(tmp_path, capsys):
+  """evaluate --saved_model and every predict read a SavedModel through one reader: saved_model.pb
+  cut short or empty, variables/ missing or cut, and another trainer's export are one line each."""
+  from inception_finetune import predict as inception_predict  # pylint: disable=g-import-not-at-top
+  from triplet import predict as triplet_predict  # pylint: disable=g-import-not-at-top
+  exports = {}
+  for trainer in ("segmentation", "triplet"):
+    config = helpers.make_config(trainer, "smoke")
+    task = MAKE_TASK[trainer](config, str(tmp_path / f"{trainer}_run"), True)
+    exports[trainer] = task.export(BUILD_MODEL[trainer](config), str(tmp_path / f"{trainer}_export"))
+  damages = {
+      "saved_model.pb cut short": lambda path: cut(os.path.join(path, "saved_model.pb"), 0.5),
+      "saved_model.pb empty": lambda path: cut(os.path.join(path, "saved_model.pb"), 0),
+      "variables/ missing": lambda path: shutil.rmtree(os.path.join(path, "variables")),
+      "variables cut short": lambda path: cut(glob.glob(os.path.join(path, "variables", "*.data-*"))[0], 0.5),
+      "variables index cut": lambda path: cut(os.path.join(path, "variables", "variables.index"), 0.5),
+  }
+  image = tmp_path / "photo.png"
+  Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save(image)
+  config = helpers.make_config("segmentation", "smoke")
+  for case, damage in damages.items():
+    damaged = str(tmp_path / case.replace(" ", "_").replace("/", ""))
+    shutil.copytree(exports["segmentation"], damaged)
+    damage(damaged)
+    for command, run in (
+        ("predict", lambda: predict_lib.predict_files([str(image)], str(tmp_path / "masks"), config,
+                                                      saved_model=damaged)),
+        ("evaluate", lambda: commands.evaluate_run(config_flag("segmentation"), str(tmp_path / "eval"),
+                                                   MAKE_TASK["segmentation"], damaged, ""))):
+      line = error_line(capsys, run)
+      assert line.startswith(f"error: SavedModel {damaged} is damaged (") and line.endswith(
+          "export the run again (scripts/export.py --format=saved_model, or its training command)"), (case, command, line)
+  for load, export, wanted in ((predict_lib.load_saved_model, exports["triplet"], "class_ids"),
+                               (triplet_predict.load_saved_model, exports["segmentation"], "embeddings"),
+                               (inception_predict.load_saved_model, exports["triplet"], "probabilities")):
+    line = error_line(capsys, load, export)
+    assert line.startswith(f"error: SavedModel {export} gives ") and line.endswith(
+        f"not {wanted}: the export of another trainer or program"), line
+  assert os.listdir(tmp_path / "masks") == []  # made (and checked writable) before the model loads

@@ -43,10 +43,10 @@ def checkpoint_step(path):
   return int(path.rsplit("-", 1)[1])
 
 
-def load_saved_model(path):
-  """The loaded SavedModel (check_paths checked it)."""
+def load_saved_model(path, outputs):
+  """The loaded SavedModel, whose serving signature gives `outputs` (checkpoints.load_saved_model)."""
   logging.info("predicting with %s", path)
-  return tf.saved_model.load(path)
+  return checkpoints.load_saved_model(path, outputs)
 
 
 def photo_paths(args, max_pixels=None):

@@ -206,6 +206,25 @@ def restore_model(model, workdir):
   return restore_newest(tf.train.Checkpoint(model=model), checkpoint_dir(workdir))
 
 
+def load_saved_model(path, outputs=()):
+  """The SavedModel at `path`, loaded; one CheckpointError line when it is missing, damaged
+  (saved_model.pb cut short, variables/ missing or cut) or, given `outputs` (names its serving
+  signature must give), another trainer's export."""
+  workdir_lib.check_saved_model(path)
+  try:
+    loaded = tf.saved_model.load(path)
+  except (OSError, ValueError, IndexError, tf.errors.OpError) as e:
+    raise CheckpointError(f"SavedModel {path} is damaged ({first_line(e)[:200]}); export the run "
+                          "again (scripts/export.py --format=saved_model, or its training command)") from None
+  serve = loaded.signatures.get("serving_default")
+  given = sorted(serve.structured_outputs) if serve is not None else []
+  missing = [name for name in outputs if name not in given]
+  if serve is None or missing:
+    raise CheckpointError(f"SavedModel {path} gives {', '.join(given) or 'no serving signature'}, not "
+                          f"{', '.join(missing or outputs)}: the export of another trainer or program")
+  return loaded
+
+
 def read_json_variable(path, name):
   """The JSON text of the string variable `name` of checkpoint `path`, decoded; None when the
   checkpoint has no such variable. TensorFlow's reader matches it by name."""

@@ -3,9 +3,7 @@ SavedModel, through the trainer's Task.evaluate."""
 import os
 
 from absl import logging
-import tensorflow as tf
 
-from common.contract.errors import CheckpointError
 from common.runtime import run_log
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
@@ -34,9 +32,7 @@ def make_evaluate_fn(task, model):
 def load_predict_fn(task, workdir, saved_model=None):
   """The predict function of a SavedModel, or of the newest checkpoint in workdir."""
   if saved_model:
-    if not os.path.isdir(saved_model):
-      raise CheckpointError(f"SavedModel {saved_model} does not exist; train first or pass --saved_model")
-    return task.saved_model_predict_fn(tf.saved_model.load(saved_model).signatures["serving_default"])
+    return task.saved_model_predict_fn(checkpoints.load_saved_model(saved_model).signatures["serving_default"])
   model = task.build_model()
   logging.info("evaluating %s", checkpoints.restore_model(model, workdir))
   if task.calibrate:
