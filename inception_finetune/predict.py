@@ -39,10 +39,17 @@ def load_saved_model(saved_model):
   serve = predict_lib.load_saved_model(saved_model, ("probabilities",)).signatures["serving_default"]
   names_path = os.path.join(saved_model, "assets", export_lib.CLASS_NAMES_ASSET)
   names = None
-  if os.path.isfile(names_path):
-    with open(names_path, encoding="utf-8") as f:
-      names = f.read().splitlines()
   num_classes = serve.structured_outputs["probabilities"].shape[-1]
+  if os.path.isfile(names_path):
+    try:
+      with open(names_path, encoding="utf-8") as f:
+        names = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+      raise DataError(f"{names_path} cannot be read ({getattr(e, 'strerror', None) or e}); export the "
+                      "run again") from None
+    if len(names) != num_classes:
+      raise DataError(f"{names_path} names {len(names)} classes, the model gives {num_classes}; export "
+                      "the run again")
   return (lambda image: serve(images=tf.constant(image[None]))["probabilities"][0].numpy(),
           names or [str(i) for i in range(num_classes)])
 

@@ -4,6 +4,7 @@ triplet's compare uses the verification threshold the run chose, from metrics.js
 from the SavedModel (--saved_model); bad files and flags are one line. The README's command lines
 run in tests/test_readme_commands.py."""
 import json
+import os
 import sys
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from common.app import cli
+from common.app import export as export_lib
 from common.contract import config as config_lib
 from common.data import class_labels
 from common.training import checkpoints
@@ -256,3 +258,23 @@ def test_thresholds_and_embedding_files_that_would_mislead_are_refused(tmp_path,
     line = error_line(capsys, triplet_predict.run, paths, config, workdir=str(tmp_path), **kwargs)
     assert line == said, line
   assert not (tmp_path / "x.bin.npy").exists() and not (tmp_path / "x.bin").exists()
+
+
+def test_inception_class_names_short_or_not_utf8_are_one_line(tmp_path, capsys):
+  """assets/class_names.txt of an export read back: a name per class of the model, UTF-8, or one line."""
+  module = tf.Module()
+  module.serve = tf.function(lambda images: {"probabilities": tf.ones([tf.shape(images)[0], 3]) / 3},
+                             input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")])
+  export = str(tmp_path / "saved_model")
+  tf.saved_model.save(module, export, signatures={"serving_default": module.serve})
+  names = os.path.join(export, "assets", export_lib.CLASS_NAMES_ASSET)
+  os.makedirs(os.path.dirname(names), exist_ok=True)
+  for contents, said in ((b"a\nb\n", f"error: {names} names 2 classes, the model gives 3; export the run again"),
+                         (b"a\ncaf\xe9\nc\n", f"error: {names} cannot be read (")):
+    with open(names, "wb") as f:
+      f.write(contents)
+    line = error_line(capsys, inception_predict.load_saved_model, export)
+    assert line.startswith(said), line
+  with open(names, "wb") as f:
+    f.write("a\ncafé\nc\n".encode())
+  assert inception_predict.load_saved_model(export)[1] == ["a", "café", "c"]

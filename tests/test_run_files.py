@@ -3,6 +3,7 @@ class_balance.csv, the checkpoints): a broken one is one line naming it, and a c
 away while it is read is retried on the next newest. In one interpreter, on runs the tests write
 (config.json and the trainer's model in CheckpointManager checkpoints), without training."""
 import glob
+import json
 import os
 import shutil
 import sys
@@ -338,3 +339,25 @@ def test_a_damaged_or_another_trainers_saved_model_is_one_line(tmp_path, capsys)
     assert line.startswith(f"error: SavedModel {export} gives ") and line.endswith(
         f"not {wanted}: the export of another trainer or program"), line
   assert os.listdir(tmp_path / "masks") == []  # made (and checked writable) before the model loads
+
+
+def test_triplet_baselines_of_the_wrong_types_are_set_aside_with_a_warning(tmp_path, caplog):
+  """initial_eval.json with a string value (the closing line formats each as a number) and
+  initial_roc.json with curves of unequal length (matplotlib could not draw them): warnings naming
+  them, and the run's outputs (its closing line, its roc.png) without those baselines."""
+  from triplet import train as triplet_train  # pylint: disable=g-import-not-at-top
+  (tmp_path / "initial_eval.json").write_text('{"recall_at_1": "0.2", "raw_pixels/recall_at_1": 0.5}')
+  with caplog.at_level(logging.WARNING):
+    assert triplet_train.evaluate_before_training(None, None, str(tmp_path)) == {}
+  assert f'{tmp_path / "initial_eval.json"}: recall_at_1 is "0.2", not a number' in caplog.text
+  config = helpers.make_config("triplet", "smoke")
+  task = triplet_evaluate.make_task(config, str(tmp_path), False)
+  evaluation = task.evaluate(task.make_predict_fn(BUILD_MODEL["triplet"](config)), False)
+  (tmp_path / triplet_task.INITIAL_ROC).write_text(json.dumps(
+      {"untrained": {"far": [0.0, 0.5, 1.0], "tar": [0.0, 1.0]}}))
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    evaluation.write(str(tmp_path / "report"))
+  assert os.path.isfile(tmp_path / "report" / "roc.png")
+  assert (f"{tmp_path / triplet_task.INITIAL_ROC} is not the run's baselines (keys far, tar of equal "
+          "length per curve)") in caplog.text

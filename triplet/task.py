@@ -294,10 +294,15 @@ def make_task(config, workdir, for_training=True):
       if os.path.isfile(baselines):
         try:
           saved = config_lib.read_json_object(baselines, "the ROC is drawn without the baselines")
-          curves.update((name, (c["far"], c["tar"])) for name, c in saved.items())
-        except (DataError, KeyError, TypeError) as e:  # shown, never trained on
+          read = {name: (np.asarray(c["far"], np.float64), np.asarray(c["tar"], np.float64))
+                  for name, c in saved.items()}
+          if any(far.ndim != 1 or far.shape != tar.shape for far, tar in read.values()):
+            raise ValueError("curves of unequal length")
+          curves.update(read)
+        except (DataError, KeyError, TypeError, ValueError) as e:  # shown, never trained on
           logging.warning("%s", e if isinstance(e, DataError) else f"{baselines} is not the run's "
-                          "baselines (keys far, tar per curve): the ROC is drawn without them")
+                          "baselines (keys far, tar of equal length per curve): the ROC is drawn "
+                          "without them")
       return plots.roc_figure(curves, far_mark)
 
     def write_report(directory):

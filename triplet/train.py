@@ -10,6 +10,7 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
+import json
 import os
 
 from absl import logging
@@ -43,9 +44,14 @@ def evaluate_before_training(task, model, workdir):
       workdir_lib.write_json(os.path.join(workdir, task_lib.INITIAL_ROC),
                              {"untrained": untrained.curves, "raw pixels": raw_pixels.curves})
     logging.info("before training: %s", "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
+  fix = ("the closing line leaves out the untrained baselines; delete it and train into a new "
+         "--workdir to have them again")
   try:
-    return config_lib.read_json_object(path, "the closing line leaves out the untrained baselines; "
-                                       "delete it and train into a new --workdir to have them again")
+    baselines = config_lib.read_json_object(path, fix)
+    for key, value in sorted(baselines.items()):
+      if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(f"{path}: {key} is {json.dumps(value)}, not a number; {fix}")
+    return baselines
   except DataError as e:  # the baselines are shown, never trained on: the run goes on without them
     logging.warning("%s", e)
     return {}
