@@ -361,3 +361,21 @@ def test_triplet_baselines_of_the_wrong_types_are_set_aside_with_a_warning(tmp_p
   assert os.path.isfile(tmp_path / "report" / "roc.png")
   assert (f"{tmp_path / triplet_task.INITIAL_ROC} is not the run's baselines (keys far, tar of equal "
           "length per curve)") in caplog.text
+
+
+def test_config_json_values_of_the_wrong_type_are_left_out_with_a_warning(tmp_path, caplog):
+  """A string where a number is, or null (which ml_collections would take for any type and a reader
+  would fail on later): the value is not taken, a warning names the key, evaluate runs."""
+  for key, value in (("train.num_steps", "ten"), ("data.patch_size", None)):
+    workdir = tmp_path / key
+    write_run("segmentation", workdir)
+    saved = json.loads((workdir / "config.json").read_text())
+    section, name = key.split(".")
+    saved[section][name] = value
+    (workdir / "config.json").write_text(json.dumps(saved))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+      evaluation, _, _ = evaluate("segmentation", workdir)
+    assert 0 <= evaluation.metrics["miou"] <= 1
+    assert f"{workdir / 'config.json'}: {key} not taken (keys this version does not have, or of another type)" \
+        in caplog.text, key

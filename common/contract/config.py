@@ -308,7 +308,9 @@ def apply_saved(config, saved, prefix=""):
       left_out += apply_saved(config[key], value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key]
     else:
       value = tuple(value) if isinstance(config[key], tuple) and isinstance(value, list) else value
-      if value != config[key]:  # equal ones untouched (a reference such as triplet's P x K batch)
+      if value is None and config[key] is not None:  # ml_collections would take null for any type
+        left_out.append(prefix + key)
+      elif value != config[key]:  # equal ones untouched (a reference such as triplet's P x K batch)
         try:
           config[key] = value
         except (TypeError, ValueError):
