@@ -137,3 +137,27 @@ def test_ctrl_c_in_make_real_sets_is_one_line_and_exit_130(tmp_path):
   assert script.returncode == 128 + signal.SIGINT, stderr[-2000:]
   assert stderr.strip().splitlines() == [
       f"interrupted by SIGINT: {output_dir} holds part of the sets; run the command again to write them whole"]
+
+
+def test_a_signal_after_the_last_safe_point_says_everything_was_written(capsys, monkeypatch):
+  """A signal that arrives once main has returned is not called one of start-up (nothing written)."""
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from common.app import cli  # pylint: disable=g-import-not-at-top
+  from common.runtime import run_log  # pylint: disable=g-import-not-at-top
+  from common.runtime import signals  # pylint: disable=g-import-not-at-top
+
+  def main(argv):
+    del argv
+    signals._received.append(signal.SIGTERM)  # pylint: disable=protected-access  # as the handler records it
+
+  monkeypatch.setattr(app, "run", lambda function, flags_parser: function(["command"]))
+  monkeypatch.setattr(run_log, "start", lambda record_filter: None)  # no lines held for a train.log
+  monkeypatch.setattr(signals, "finish", lambda what: signals.check(what))  # keep the test's handlers
+  try:
+    with pytest.raises(SystemExit) as exit_info:
+      cli.run(main)
+  finally:
+    signals._received.clear()  # pylint: disable=protected-access
+  assert exit_info.value.code == 128 + signal.SIGTERM
+  assert capsys.readouterr().err.strip().splitlines()[-1] == (
+      "interrupted by SIGTERM after the run had finished; every output is written")

@@ -222,10 +222,16 @@ def run(main):
     logging.get_absl_handler().addFilter(_quiet_tensorflow_info)
     run_log.start(_quiet_tensorflow_info)
     std_logging.getLogger("tensorflow").setLevel(std_logging.WARNING)
-    run_guarded(main, argv)
-    run_guarded(signals.finish, "after the run had finished; every output is written")
+    run_guarded(_then_finish, main, argv)
 
   app.run(guarded_main, flags_parser=_parse_flags)
+
+
+def _then_finish(main, argv):
+  """main(argv), then a signal that came after its last safe point said as such (one guard for both:
+  a guard's first check would call it one of start-up)."""
+  main(argv)
+  signals.finish("after the run had finished; every output is written")
 
 
 def run_guarded(function, *args):
