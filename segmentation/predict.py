@@ -61,7 +61,8 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   paths = predict_lib.photo_paths(paths, max_pixels or config.data.eval_max_pixels)
   classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   written = []
-  for path, image in predict_lib.read_photos(paths):
+  said = lambda done: f"the masks of the first {done} are in {output_dir}; run the command on the others"
+  for path, image in predict_lib.read_photos(paths, said):
     class_ids, names = classify(tf.convert_to_tensor(image[None]))
     class_ids = class_ids[0].numpy().astype(np.uint8)
     stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])

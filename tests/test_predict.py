@@ -278,3 +278,21 @@ def test_inception_class_names_short_or_not_utf8_are_one_line(tmp_path, capsys):
   with open(names, "wb") as f:
     f.write("a\ncafé\nc\n".encode())
   assert inception_predict.load_saved_model(export)[1] == ["a", "café", "c"]
+
+
+def test_a_signal_stops_predict_between_photos_saying_what_was_written(tmp_path):
+  """Every predict reads its photos through predict_lib.read_photos: a signal is honoured before the
+  next photo (not after the last of 400), with what the command has written."""
+  import signal  # pylint: disable=g-import-not-at-top
+  from common.app import predict as predict_lib  # pylint: disable=g-import-not-at-top
+  from common.runtime import signals  # pylint: disable=g-import-not-at-top
+  paths = [str(path) for path in write_photos(tmp_path)]
+  read = predict_lib.read_photos(paths, lambda done: f"{done} written")
+  next(read)
+  signals._received.append(signal.SIGINT)  # pylint: disable=protected-access  # as the handler records it
+  try:
+    with pytest.raises(signals.Interrupted) as interrupted:
+      next(read)
+  finally:
+    signals._received.clear()  # pylint: disable=protected-access
+  assert str(interrupted.value) == "interrupted by SIGINT after 1 of 3 photos; 1 written"

@@ -13,6 +13,7 @@ from common.app import cli
 from common.contract.errors import CheckpointError
 from common.data import image_checks
 from common.data import photos
+from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 
@@ -60,11 +61,13 @@ def photo_paths(args, max_pixels=None):
   return paths
 
 
-def read_photos(paths):
-  """Yields (path, uint8 [h, w, 3]) of each photo as a viewer shows it (its EXIF orientation applied)."""
+def read_photos(paths, written=lambda done: "nothing was written"):
+  """Yields (path, uint8 [h, w, 3]) of each photo as a viewer shows it (its EXIF orientation applied).
+  Before each photo a signal stops the command (a safe point), with what written(photos done) says."""
   logging.info("photos are read as a photo viewer shows them: EXIF orientation applied (PIL's "
                "ImageOps.exif_transpose)")
-  for path in paths:
+  for done, path in enumerate(paths):
+    signals.check(f"after {done} of {len(paths)} photos; {written(done)}")
     image, orientation = photos.read_photo(path)
     if orientation != 1:
       logging.info("%s: EXIF orientation %d, turned upright as a viewer shows it", path, orientation)
