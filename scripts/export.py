@@ -48,6 +48,7 @@ from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.contract.errors import first_line
 from common.contract.errors import UserError
+from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 
@@ -257,7 +258,16 @@ def evaluate(task, signature):
 
 def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=None):
   """Exports, checks, and moves the export to `output` only once its check holds; returns
-  {"max_difference", "same_class_ids", "metric", "before", "after"}."""
+  {"max_difference", "same_class_ids", "metric", "before", "after"}. A signal stops it between its
+  stages (and the trainer's SavedModel export), with nothing written."""
+  try:
+    return _export(workdir, fmt, output, saved_model, image_size, quantize)
+  except signals.Interrupted as e:  # the trainer's export says it of a training run: reworded
+    raise signals.Interrupted(e.signum, f"during the export to {output}; nothing was written: run the "
+                              "command again") from None
+
+
+def _export(workdir, fmt, output, saved_model, image_size, quantize):
   if quantize and fmt != "litert":
     raise ExportError(f"--quantize={quantize} is for --format=litert (LiteRT's converter quantizes)")
   output = check_output(output, fmt, workdir)
@@ -266,6 +276,7 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
   if saved_model:
     workdir_lib.check_saved_model(saved_model)
   _, config, task, model = load_run(workdir)
+  signals.check("")
   with tempfile.TemporaryDirectory() as scratch:
     reference_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
     reference = load("saved_model", reference_path)
@@ -277,6 +288,7 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
     before = Comparison(reference, None, image_size,
                         keep_images=REPRESENTATIVE_IMAGES if quantize == "int8" else 0)
     metrics_before = evaluate(task, before)
+    signals.check("")
     # Written whole into a folder of its own beside the output, then renamed: a failed export leaves
     # nothing, and what is removed is only ever this command's own folder.
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.", suffix=".tmp",
@@ -290,6 +302,7 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
           if quantize == "int8":
             logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
           convert(reference, fmt, partial, image_size, quantize, before.images)
+      signals.check("")
       try:
         check = Comparison(reference, load(fmt, partial), image_size)
         metrics_after = evaluate(task, check)

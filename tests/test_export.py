@@ -136,3 +136,18 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(runs, tmp_path, capsys):
     assert os.listdir(disk) == []
   finally:
     subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_signal_during_the_export_says_nothing_was_written(runs, tmp_path):
+  import signal  # pylint: disable=g-import-not-at-top
+  from common.runtime import signals  # pylint: disable=g-import-not-at-top
+  output = str(tmp_path / "model.onnx")
+  signals._received.append(signal.SIGTERM)  # pylint: disable=protected-access  # as the handler records it
+  try:
+    with pytest.raises(signals.Interrupted) as interrupted:
+      export.export(runs["segmentation"], "onnx", output)
+  finally:
+    signals._received.clear()  # pylint: disable=protected-access
+  assert str(interrupted.value) == (f"interrupted by SIGTERM during the export to {output}; nothing was "
+                                    "written: run the command again")
+  assert os.listdir(tmp_path) == []
