@@ -421,3 +421,21 @@ def test_a_stall_with_exit_set_is_one_line_and_the_retryable_code():
   assert lines[-1].startswith("error: no training step has finished for ") and (
       "(train.stall_timeout_s=0.5; last finished step 7): a worker stalled, failed or left; exiting with "
       "code 142 so that the run is restarted") in lines[-1], lines
+
+
+def test_a_full_disk_fails_the_write_check_in_one_line_and_leaves_no_probe(tmp_path, capsys):
+  disk = tmp_path / "full"
+  disk.mkdir()
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "none", str(disk)], capture_output=True).returncode:
+    pytest.skip("no tmpfs can be mounted here (root can; CI runs as root)")
+  try:
+    with contextlib.suppress(OSError), open(disk / "filler", "wb") as f:
+      f.write(b"x" * 65536 * 2)  # fills the disk
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+      cli.run_guarded(lambda: workdir_lib.check_writable(str(disk), flag="--output_dir"))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1 and "No space left on device" in lines[0], lines
+    assert os.listdir(disk) == ["filler"]
+  finally:
+    subprocess.run(["umount", "-l", str(disk)], check=False)

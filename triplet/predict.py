@@ -24,6 +24,7 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
+import contextlib
 import json
 import os
 
@@ -38,6 +39,7 @@ from common.app import predict as predict_lib
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
+from common.contract.errors import UserError
 from common.data import normalization
 from common.runtime import workdir as workdir_lib
 from triplet import data as data_lib
@@ -130,10 +132,16 @@ def embed_to(embedder, paths, output):
   """Writes output (.npy) and its index, output with .tsv for .npy: row and file of each embedding."""
   embeddings = embed_all(embedder, paths)
   index = os.path.splitext(output)[0] + ".tsv"
-  with workdir_lib.writing(output, flag="--embed_to"):
-    np.save(output, embeddings)
-    with open(index, "w", encoding="utf-8") as f:
-      f.write("row\tfile\n" + "".join(f"{row}\t{path}\n" for row, path in enumerate(paths)))
+  try:
+    with workdir_lib.writing(output, flag="--embed_to"):
+      np.save(output, embeddings)
+      with open(index, "w", encoding="utf-8") as f:
+        f.write("row\tfile\n" + "".join(f"{row}\t{path}\n" for row, path in enumerate(paths)))
+  except UserError:  # a disk that filled up: no half-written pair is left
+    for written in (output, index):
+      with contextlib.suppress(OSError):
+        os.remove(written)
+    raise
   print(f"{len(paths)} embeddings of {embeddings.shape[1]} values in {output}, their files in {index}")
   return embeddings
 

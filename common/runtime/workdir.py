@@ -63,11 +63,14 @@ def check_writable(*directories, flag="--workdir"):
     probe = os.path.join(directory, f".write-test-{os.getpid()}")
     with writing(directory, flag):
       os.makedirs(directory, exist_ok=True)
-      with open(probe, "w") as f:
-        f.write("x")
-        f.flush()
-        os.fsync(f.fileno())
-      os.remove(probe)
+      try:
+        with open(probe, "w") as f:
+          f.write("x")
+          f.flush()
+          os.fsync(f.fileno())
+      finally:  # a full disk makes the file, then fails to write it: none is left behind
+        with contextlib.suppress(FileNotFoundError):
+          os.remove(probe)
 
 
 def check_saved_model(path):
