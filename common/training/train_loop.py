@@ -150,6 +150,7 @@ def train(config, workdir, *, strategy, model, phases, task, command_line=None):
       if not checkpoint.latest() or int(checkpoint.step) > start_step:
         checkpoint.save()
       if record.evaluation_step != int(checkpoint.step):
+        watchdog.pause()  # the final evaluation is no stall either
         _evaluate(evaluate_fn, checkpoint, record, summaries)
       _honour_signal(cluster, checkpoint, record)
     results = record.write(time.time() - start_time, int(checkpoint.step) - start_step)
