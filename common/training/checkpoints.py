@@ -1,7 +1,8 @@
 """Checkpoints of a run: where they live, restoring with one-line errors, the input fingerprint,
 and the best evaluation's weights. TensorFlow's CheckpointManager does every save, prune and
 "newest" lookup; nothing here stages or renames checkpoint files by hand (a failed read looks for
-the files it needed, to say which one is gone)."""
+the files it needed, to say which one is gone) but the list of them, the state file, when it is
+broken (repair_state)."""
 import contextlib
 import glob
 import json
@@ -217,11 +218,13 @@ def load_saved_model(path, outputs=()):
     raise CheckpointError(f"SavedModel {path} is damaged ({first_line(e)[:200]}); export the run "
                           "again (scripts/export.py --format=saved_model, or its training command)") from None
   serve = loaded.signatures.get("serving_default")
-  given = sorted(serve.structured_outputs) if serve is not None else []
-  missing = [name for name in outputs if name not in given]
-  if serve is None or missing:
-    raise CheckpointError(f"SavedModel {path} gives {', '.join(given) or 'no serving signature'}, not "
-                          f"{', '.join(missing or outputs)}: the export of another trainer or program")
+  if serve is None:
+    raise CheckpointError(f"SavedModel {path} has no serving_default signature: the export of another "
+                          "program")
+  missing = [name for name in outputs if name not in serve.structured_outputs]
+  if missing:
+    raise CheckpointError(f"SavedModel {path} gives {', '.join(sorted(serve.structured_outputs))}, not "
+                          f"{', '.join(missing)}: the export of another trainer or program")
   return loaded
 
 
