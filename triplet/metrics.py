@@ -155,6 +155,9 @@ def recall_at_k(embeddings, labels, ks=(1, 5)):
   for start in range(0, len(queries), _RETRIEVAL_BLOCK):
     block = queries[start:start + _RETRIEVAL_BLOCK]
     distances = squared_norms[block, None] - 2 * embeddings[block] @ embeddings.T + squared_norms[None]
+    # Rounded below any distance that matters: the matrix product's last bits vary with the arrays'
+    # memory alignment, and near-ties (an untrained network's embeddings) would rank by that noise.
+    distances = np.round(distances, 9)
     distances[np.arange(len(block)), block] = np.inf  # A query does not retrieve itself.
     nearest = np.argpartition(distances, max_k - 1, axis=1)[:, :max_k]
     order = np.argsort(np.take_along_axis(distances, nearest, axis=1), axis=1, kind="stable")
