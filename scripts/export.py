@@ -232,8 +232,11 @@ class Comparison:
         self.same += int(np.sum(expected == value.numpy()))
         self.compared += expected.size
       elif value.dtype.is_floating:
-        self.max_difference[name] = max(self.max_difference.get(name, 0.0),
-                                         float(np.max(np.abs(expected - value.numpy()))))
+        difference = np.abs(expected - value.numpy())
+        # A NaN the export gives where the SavedModel gives a number is an infinite difference
+        # (np.max would carry the NaN, and max() with a NaN keeps its first argument).
+        difference = np.where(np.isnan(difference), np.inf, difference)
+        self.max_difference[name] = max(self.max_difference.get(name, 0.0), float(np.max(difference)))
         self.scale[name] = max(self.scale.get(name, 1.0), float(np.max(np.abs(expected))))
     return {name: _resized(value, size) for name, value in outputs.items()}
 
