@@ -42,10 +42,11 @@ def load_saved_model(saved_model):
   return classify
 
 
-def load_workdir(workdir, config):
-  """images -> (class ids, class names) of a run's best weights, else its newest checkpoint."""
-  names = data_lib.class_names(config.data) or tuple(str(c) for c in range(config.data.num_classes))
-  model = task_lib.build_model(config, config.data.num_classes)
+def load_workdir(workdir, config, settings):
+  """images -> (class ids, class names) of a run's best weights, else its newest checkpoint (config:
+  the run's; settings: its data settings, data.read_settings)."""
+  names = data_lib.class_names(settings) or tuple(str(c) for c in range(settings.num_classes))
+  model = task_lib.build_model(config, settings)
   predict_lib.restore_weights(model, workdir)
   multiple = task_lib.pad_multiple(config)
   logits = tf.function(lambda images: task_lib.whole_image_logits(model, images, multiple), reduce_retracing=True)
@@ -58,8 +59,9 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   The model: the SavedModel, else the workdir's weights with config (the run's); paths: photos or
   folders of them; max_pixels: larger images are refused, default config.data.eval_max_pixels."""
   predict_lib.check_paths(saved_model, {"--output_dir": output_dir})
-  paths = predict_lib.photo_paths(paths, max_pixels or config.data.eval_max_pixels)
-  classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
+  settings = data_lib.read_settings(config.data, for_training=False)
+  paths = predict_lib.photo_paths(paths, max_pixels or settings.eval_max_pixels)
+  classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config, settings)
   written = []
   said = lambda done: f"the masks of the first {done} are in {output_dir}; run the command on the others"
   for path, image in predict_lib.read_photos(paths, said):

@@ -12,7 +12,6 @@ from common.contract import config as config_lib
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
 from common.data import listing
-from common.data import normalization
 from common.data import pipeline
 from common.data import tfrecords
 from common.nn import optimizers
@@ -28,14 +27,11 @@ from segmentation import visualize
 REPORT_OVERLAYS = 4  # evaluation images drawn with their truth and prediction in the report
 
 
-def validate_config(config):
-  """The segmentation sections' checks (data.py checks the data keys it reads: source, sizes, counts)."""
+def validate_config(config, for_training=True):
+  """The segmentation sections' checks -> the data settings, read once (data.read_settings checks
+  every data value; for_training=False: an evaluation's, without the training files' keys)."""
+  settings = data_lib.read_settings(config.data, for_training)
   config_lib.check_values(config, {
-      "data.normalization": config_lib.one_of(*normalization.SCHEMES),
-      "data.skip_bad_files": config_lib.BOOL,
-      "data.class_names": config_lib.sequence_of(config_lib.STRING,
-                                                 "a sequence of strings (() = the source's names)"),
-      "data.npy_pixel_max": config_lib.POSITIVE,
       "model.widths": config_lib.POSITIVE_INTS,
       "model.weight_decay": config_lib.NON_NEGATIVE,
       "model.sync_batch_norm": config_lib.BOOL,
@@ -44,16 +40,17 @@ def validate_config(config):
                                                    "a sequence of numbers >= 0 (() = all 1)"),
   })
   stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
-  if config.data.patch_size % stride:
-    raise ConfigError(f"data.patch_size={config.data.patch_size} is not divisible by the model's total "
+  if settings.patch_size % stride:
+    raise ConfigError(f"data.patch_size={settings.patch_size} is not divisible by the model's total "
                       f"stride {stride} (model.widths={tuple(config.model.widths)}, "
                       f"model.output_stride={config.model.output_stride})")
   weights = tuple(config.loss.class_weights)
-  if weights and len(weights) != config.data.num_classes:
+  if weights and len(weights) != settings.num_classes:
     raise ConfigError(f"loss.class_weights has {len(weights)} entries, data.num_classes is "
-                      f"{config.data.num_classes}")
+                      f"{settings.num_classes}")
   if weights and not any(weights):
     raise ConfigError(f"loss.class_weights={weights} are all 0: the loss would be 0 and nothing would train")
+  return settings
 
 
 def make_loss_fn(ignore_label, class_weights):
@@ -93,9 +90,10 @@ def evaluation_summaries(examples, confusion, class_names, ignore_label):
   return images
 
 
-def build_model(config, num_classes):
-  return model_lib.build_model(num_classes, tuple(config.model.widths), config.model.weight_decay,
-                               config.data.normalization, config.model.sync_batch_norm,
+def build_model(config, settings):
+  """The network of the config's model section for the data settings' classes and normalization."""
+  return model_lib.build_model(settings.num_classes, tuple(config.model.widths), config.model.weight_decay,
+                               settings.normalization, config.model.sync_batch_norm,
                                config.model.output_stride)
 
 
@@ -123,17 +121,16 @@ def export_model(model, path, multiple, class_names):
   return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], class_names)
 
 
-def input_fingerprint(config, data):
+def input_fingerprint(settings, batch_size, data):
   """What the checkpointed input position depends on: resuming with other values is refused."""
-  cfg = config.data
   if data.train_files:
     files = [image for image, _ in data.train_files]
-  elif cfg.source == "tfrecord":
-    files = tfrecords.list_tfrecord_files(cfg.train_pattern)
+  elif settings.source == "tfrecord":
+    files = tfrecords.list_tfrecord_files(settings.train_pattern)
   else:
-    files = [cfg.train_images, cfg.train_labels]
-  return {"train.batch_size": config.train.batch_size, "data.patch_size": cfg.patch_size,
-          "data.patches_per_image": cfg.patches_per_image, "data.shuffle_buffer": cfg.shuffle_buffer,
+    files = [settings.train_images, settings.train_labels]
+  return {"train.batch_size": batch_size, "data.patch_size": settings.patch_size,
+          "data.patches_per_image": settings.patches_per_image, "data.shuffle_buffer": settings.shuffle_buffer,
           "train files": listing.files_fingerprint(files), "train images": data.num_train_images}
 
 
@@ -143,40 +140,39 @@ def make_task(config, workdir, for_training=True):
   An evaluation (for_training=False) lists and checks only the evaluation files, and its Task has no
   training dataset.
   """
-  validate_config(config)
-  cfg = config.data
+  settings = validate_config(config, for_training)  # every value checked before any file is listed
   multiple = pad_multiple(config)
-  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, multiple, workdir, for_training)
+  data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, multiple, workdir, for_training)
 
   class_names = data.class_names or tuple(str(c) for c in range(data.num_classes))  # ids, without names
 
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
     sampler = summaries.EvalSampler(data.eval, predict, max(config.summaries.max_outputs, REPORT_OVERLAYS))
-    confusion = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes, cfg.ignore_label)
+    confusion = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes, settings.ignore_label)
     examples = sampler.examples
     return task_lib.Evaluation(
         metrics.metrics_from_confusion(confusion, data.class_names),
         lambda directory: metrics.write_report(directory, confusion, class_names, examples[:REPORT_OVERLAYS],
-                                               cfg.ignore_label),
+                                               settings.ignore_label),
         lambda: evaluation_summaries(examples[:config.summaries.max_outputs], confusion, class_names,
-                                     cfg.ignore_label))
+                                     settings.ignore_label))
 
   return task_lib.Task(
       name="segmentation",
       train_dataset=data.train,
       eval_dataset=data.eval,
-      build_model=lambda: build_model(config, data.num_classes),
+      build_model=lambda: build_model(config, settings),
       make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
-      loss_fn=make_loss_fn(cfg.ignore_label, tuple(config.loss.class_weights) or None),
+      loss_fn=make_loss_fn(settings.ignore_label, tuple(config.loss.class_weights) or None),
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["logits"],
       export=lambda model, path: export_model(model, path, multiple, class_names),
-      describe=f"{cfg.source} data, {cfg.patch_size}x{cfg.patch_size} patches",
-      image_summaries_fn=make_image_summaries(class_names, cfg.ignore_label),
+      describe=f"{settings.source} data, {settings.patch_size}x{settings.patch_size} patches",
+      image_summaries_fn=make_image_summaries(class_names, settings.ignore_label),
       train_files=data.train_files,
-      input_fingerprint=input_fingerprint(config, data) if for_training else {},
+      input_fingerprint=input_fingerprint(settings, config.train.batch_size, data) if for_training else {},
       data_report=data.data_report,
       headline_metrics=("miou", "pixel_accuracy"))

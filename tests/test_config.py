@@ -53,6 +53,12 @@ OWN = {
     "segmentation": [
         ("data.normalization", "foo"), ("data.skip_bad_files", None), ("data.class_names", ("a", 3)),
         ("data.npy_pixel_max", 0.0), ("data.patch_size", 30),  # not a multiple of the stride 4
+        # data.read_settings, from validate_config: every data value before any file is listed.
+        ("data.source", "pictures"), ("data.num_classes", 1), ("data.num_classes", 6),  # 6: synthetic has 5
+        ("data.ignore_label", 3), ("data.patches_per_image", 0), ("data.shuffle_buffer", 0),
+        ("data.eval_batch_size", 0), ("data.eval_max_pixels", 0), ("data.eval_fraction", 1.0),
+        ("data.duplicates", "maybe"), ("data.image_size", 0), ("data.num_train_images", 0),
+        ("data.num_eval_images", 0),
         ("model.widths", ()), ("model.widths", (-8, 16)), ("model.widths", ("",)),  # "" from the CLI
         ("model.widths", ("8", 16)), ("model.widths", (8.5, 16)), ("model.widths", (True, 8)),
         ("model.widths", None), ("model.weight_decay", -1e-4), ("model.sync_batch_norm", None),
@@ -97,9 +103,6 @@ OWN = {
 # (tests/test_*_data.py), or they are paths and names, checked when the files are opened.
 CHECKED_ELSEWHERE = {
     "segmentation": {
-        "data.source", "data.num_classes", "data.ignore_label", "data.patches_per_image",
-        "data.shuffle_buffer", "data.eval_batch_size", "data.eval_max_pixels", "data.eval_fraction",
-        "data.duplicates", "data.image_size", "data.num_train_images", "data.num_eval_images",
         "data.cache_dir", "data.images_dir", "data.masks_dir", "data.train_split", "data.eval_split",
         "data.voc_root", "data.train_pattern", "data.eval_pattern", "data.train_images",
         "data.train_labels", "data.eval_images", "data.eval_labels",

@@ -18,10 +18,12 @@ from common.training import checkpoints  # pylint: disable=g-import-not-at-top
 import helpers  # pylint: disable=g-import-not-at-top
 from inception_finetune import task as inception_task  # pylint: disable=g-import-not-at-top
 from scripts import export  # pylint: disable=g-import-not-at-top
+from segmentation import data as segmentation_data  # pylint: disable=g-import-not-at-top
 from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
 from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
 
-BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(config, config.data.num_classes),
+BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(
+                   config, segmentation_data.read_settings(config.data)),
                "triplet": lambda config: triplet_task.build_model(config, 0),
                "inception_v4": lambda config: inception_task.build_model(config, config.data.num_classes)}
 

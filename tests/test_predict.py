@@ -20,6 +20,7 @@ from common.training import checkpoints
 import helpers
 from inception_finetune import predict as inception_predict
 from inception_finetune import task as inception_task
+from segmentation import data as segmentation_data
 from segmentation import predict as segmentation_predict
 from segmentation import task as segmentation_task
 from triplet import predict as triplet_predict
@@ -72,8 +73,8 @@ def error_line(capsys, function, *args, **kwargs):
 def test_segmentation_predicts_an_exif_photo_as_shown(tmp_path, caplog):
   config = helpers.make_config("segmentation", "smoke")
   tf.keras.utils.set_random_seed(0)
-  write_run("segmentation", tmp_path / "run", segmentation_task.build_model(config, config.data.num_classes),
-            config)
+  write_run("segmentation", tmp_path / "run",
+            segmentation_task.build_model(config, segmentation_data.read_settings(config.data)), config)
   upright, turned, stored = write_photos(tmp_path)
   config = cli.run_config(type("Flag", (), {"value": config}), str(tmp_path / "run"))
   with caplog.at_level("INFO"):

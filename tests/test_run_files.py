@@ -23,6 +23,7 @@ from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 import helpers
 from inception_finetune import task as inception_task
+from segmentation import data as segmentation_data
 from segmentation import predict as predict_lib
 from segmentation import task as segmentation_task
 from triplet import evaluate as triplet_evaluate
@@ -32,7 +33,8 @@ MAKE_TASK = {"segmentation": segmentation_task.make_task, "triplet": triplet_eva
              "inception_v4": inception_task.make_task}
 # The trainers whose models are small enough to checkpoint here (Inception's run is
 # tests/test_inception_train.py's).
-BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(config, config.data.num_classes),
+BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(
+                   config, segmentation_data.read_settings(config.data)),
                "triplet": lambda config: triplet_task.build_model(config, 0)}
 ANOTHER_TRAINER = {"segmentation": "triplet", "triplet": "inception_v4", "inception_v4": "segmentation"}
 

@@ -32,7 +32,7 @@ DEFAULTS = dict(
     eval_max_pixels=4096 * 2048, eval_fraction=0.25, class_names=(), cache_dir="", image_size=24,
     num_train_images=6, num_eval_images=3, images_dir="", masks_dir="", train_split="",
     eval_split="", voc_root="", train_pattern="", eval_pattern="", train_images="", train_labels="",
-    eval_images="", eval_labels="", npy_pixel_max=255.0)
+    eval_images="", eval_labels="", npy_pixel_max=255.0, normalization="unit")
 
 # Folder fixtures encode each pixel's class in the red channel, so that labels
 # can be recomputed from the images after cropping.
@@ -44,6 +44,12 @@ def make_cfg(**overrides):
   cfg = ml_collections.ConfigDict(DEFAULTS)
   cfg.update(overrides)
   return cfg
+
+
+def make_datasets(cfg, *args, for_training=True, **kwargs):
+  """seg_data.make_datasets of the settings of cfg, a data section (read_settings: checked first)."""
+  return seg_data.make_datasets(seg_data.read_settings(cfg, for_training), *args, for_training=for_training,
+                                **kwargs)
 
 
 def random_mask(rng, height, width):
@@ -98,7 +104,7 @@ def eval_labels(data):
 
 
 def test_synthetic_scenes_have_the_promised_shapes_and_ranges(tmp_path):
-  data = seg_data.make_datasets(make_cfg(), batch_size=10, seed=3, pad_multiple=16, workdir=str(tmp_path))
+  data = make_datasets(make_cfg(), batch_size=10, seed=3, pad_multiple=16, workdir=str(tmp_path))
   images, labels = first_batch(data.train)
   assert images.shape == (10, 8, 8, 3) and images.dtype == np.uint8
   assert labels.shape == (10, 8, 8) and labels.dtype == np.int32
@@ -116,14 +122,14 @@ def test_synthetic_scenes_have_the_promised_shapes_and_ranges(tmp_path):
 
 def test_synthetic_scenes_are_deterministic_and_cached(tmp_path):
   cfg = make_cfg(cache_dir=str(tmp_path / "cache"))
-  first = first_batch(seg_data.make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
+  first = first_batch(make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
   (folder,) = os.listdir(tmp_path / "cache")
   written = os.path.getmtime(tmp_path / "cache" / folder / "train" / "images" / "00000.png")
-  again = first_batch(seg_data.make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
+  again = first_batch(make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
   np.testing.assert_array_equal(first[0], again[0])
   np.testing.assert_array_equal(first[1], again[1])
   assert os.path.getmtime(tmp_path / "cache" / folder / "train" / "images" / "00000.png") == written
-  other = first_batch(seg_data.make_datasets(cfg, 8, seed=6, pad_multiple=4).train)
+  other = first_batch(make_datasets(cfg, 8, seed=6, pad_multiple=4).train)
   assert not np.array_equal(first[0], other[0])
   assert len(os.listdir(tmp_path / "cache")) == 2
 
@@ -140,7 +146,7 @@ def test_synthetic_scene_draws_every_class():
 def test_folder_patches_stay_aligned_with_their_masks(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(20, 24)] * 6)
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, patch_size=12)
-  data = seg_data.make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
+  data = make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
   for images, labels in data.train.take(3):
     labels = labels.numpy()
     assert images.shape == (16, 12, 12, 3)
@@ -156,7 +162,7 @@ def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path, c
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, train_split=train_split,
                  eval_split=eval_split, duplicates="warn")
   with caplog.at_level(logging.WARNING):
-    data = seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+    data = make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
   assert f"{eval_split}:1: image id 'img000' is in the training split too ({train_split}:1); kept in both" \
       in caplog.text
   batches = list(data.eval)
@@ -177,11 +183,11 @@ def test_an_evaluation_image_larger_than_eval_max_pixels_is_refused_before_train
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, train_split=train_split,
                  eval_split=eval_split, duplicates="warn", eval_max_pixels=1000)
   with pytest.raises(DataError) as error:
-    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
   assert str(error.value).startswith(f"{images_dir}/img001.png: 40x30 is 1,200 pixels, more than "
                                      "data.eval_max_pixels=1,000")
   cfg.eval_max_pixels = 1200  # the training image (480 pixels) never counts, nor one at the bound
-  assert seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
+  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
 
 
 def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(tmp_path, monkeypatch):
@@ -194,16 +200,16 @@ def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(t
   # Refused before the up-front check decodes any record (of either split).
   with mock.patch.object(tfrecords, "check_tfrecords", side_effect=AssertionError("a record was decoded")):
     with pytest.raises(DataError) as error:
-      seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+      make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
   assert str(error.value).startswith(f"{tmp_path}/eval-00000-of-00001.tfrecord: record 1: 40x30 is 1,200 "
                                      "pixels, more than data.eval_max_pixels=1,000")
   cfg.eval_max_pixels = 1200
-  assert seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
+  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
   # An image over PIL's own bound (twice Image.MAX_IMAGE_PIXELS) is named from its header too.
   monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)
   with pytest.raises(DataError, match=r"eval-00000-of-00001.tfrecord: record 1: Image size \(1200 pixels\) "
                                       "exceeds limit of 1000 pixels"):
-    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
 
 
 def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
@@ -227,7 +233,7 @@ def test_small_images_are_padded_to_the_patch_size_with_the_ignore_label():
 def test_voc_layout_reads_palette_masks_as_class_ids(tmp_path):
   masks = helpers.write_voc(tmp_path)
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21, patch_size=8)
-  data = seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
   assert data.class_names == seg_data.VOC_CLASS_NAMES
   (labels,) = eval_labels(data)
   np.testing.assert_array_equal(labels, masks[-1])
@@ -240,13 +246,13 @@ def test_voc_class_names_come_from_the_roots_class_names_txt_or_the_config(tmp_p
   names = [f"kind_{c}" for c in range(21)]
   (tmp_path / "class_names.txt").write_text("\n".join(names) + "\n")
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21, patch_size=8)
-  assert seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == tuple(names)
+  assert make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == tuple(names)
   cfg.class_names = tuple(f"given_{c}" for c in range(21))  # the config wins over the file
-  assert seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == cfg.class_names
+  assert make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == cfg.class_names
   cfg.class_names = ()
   (tmp_path / "class_names.txt").write_text("\n".join(names[:11]) + "\n")
   with pytest.raises(DataError, match=r"class_names.txt: 11 class names for data.num_classes=21"):
-    seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
 
 
 def test_colorize_uses_voc_colors_so_summaries_match_voc_masks():
@@ -270,7 +276,7 @@ def test_voc_through_tfrecords_gives_the_same_labels(tmp_path):
     assert len(paths) == 2
   cfg = make_cfg(source="tfrecord", num_classes=21, train_pattern=str(tmp_path / "records" / "train-*"),
                  eval_pattern=str(tmp_path / "records" / "val-*"))
-  data = seg_data.make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
   (labels,) = eval_labels(data)
   np.testing.assert_array_equal(labels, masks[-1])
   images, train_labels = first_batch(data.train)
@@ -283,7 +289,7 @@ def test_tfrecords_of_a_folder_keep_patches_aligned(tmp_path):
   convert_to_tfrecord.convert(pairs, 5, 255, str(tmp_path / "all"), num_shards=3)
   pattern = str(tmp_path / "all-*.tfrecord")
   cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern, patch_size=12)
-  data = seg_data.make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
+  data = make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
   images, labels = first_batch(data.train)
   assert np.array_equal(labels_from_colors(images), labels)
   assert data.num_eval_images == 4
@@ -308,7 +314,7 @@ def test_npy_patches_stream_with_their_labels(tmp_path, dtype, pixel_max):
   scale = 1.0 if pixel_max == 255 else 1 / 255
   images_path, labels_path = write_npy(tmp_path, 40, dtype=dtype, scale=scale)
   cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path, npy_pixel_max=pixel_max)
-  data = seg_data.make_datasets(cfg, batch_size=12, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=12, seed=0, pad_multiple=4)
   images, labels = first_batch(data.train)
   assert images.shape == (12, 8, 8, 3) and labels.shape == (12, 8, 8)
   assert np.array_equal(labels_from_colors(images), labels)
@@ -326,14 +332,14 @@ def test_npy_names_the_first_patch_with_nan(tmp_path):
   cfg = make_cfg(source="npy", train_images=str(tmp_path / "patches.npy"),
                  train_labels=str(tmp_path / "labels.npy"))
   with pytest.raises(DataError, match="patches.npy: index 13 contains NaN"):
-    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
 
 
 def test_npy_rejects_pixels_outside_the_configured_range(tmp_path):
   images_path, labels_path = write_npy(tmp_path, 4, dtype=np.float32)
   cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path, npy_pixel_max=1.0)
   with pytest.raises(DataError, match="images.npy: values span .* outside \\[0, data.npy_pixel_max=1\\]"):
-    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
 
 
 def test_npy_rejects_labels_out_of_range_and_mismatched_shapes(tmp_path):
@@ -343,10 +349,10 @@ def test_npy_rejects_labels_out_of_range_and_mismatched_shapes(tmp_path):
   np.save(labels_path, labels)
   cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path)
   with pytest.raises(DataError, match="labels.npy: index 6 has label 9"):
-    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
   np.save(labels_path, labels[:9])
   with pytest.raises(DataError, match="labels.npy: labels are \\[9, 8, 8\\], images .* are \\[10, 8, 8, 3\\]"):
-    seg_data.make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
 
 
 def test_a_100mb_npy_dataset_stays_out_of_the_graph(tmp_path):
@@ -360,7 +366,7 @@ def test_a_100mb_npy_dataset_stays_out_of_the_graph(tmp_path):
   assert os.path.getsize(tmp_path / "images.npy") > 99_000_000
   cfg = make_cfg(source="npy", train_images=str(tmp_path / "images.npy"),
                  train_labels=str(tmp_path / "labels.npy"), patch_size=28)
-  data = seg_data.make_datasets(cfg, batch_size=32, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=32, seed=0, pad_multiple=4)
   for dataset in (data.train, data.eval):
     assert len(dataset._as_serialized_graph().numpy()) < 1 << 20  # pylint: disable=protected-access
   images, labels = first_batch(data.train)
@@ -374,14 +380,14 @@ def test_train_iterator_resumes_at_the_next_batch(tmp_path, source):
     cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path)
   else:
     cfg = make_cfg()
-  iterator = iter(seg_data.make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
+  iterator = iter(make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
   for _ in range(3):
     next(iterator)
   checkpoint = tf.train.Checkpoint(iterator=iterator)
   path = checkpoint.save(str(tmp_path / "ckpt" / "it"))
   expected = [next(iterator) for _ in range(2)]
 
-  fresh = iter(seg_data.make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
+  fresh = iter(make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
   tf.train.Checkpoint(iterator=fresh).restore(path).assert_consumed()
   for (images, labels), (want_images, want_labels) in zip([next(fresh) for _ in range(2)], expected):
     np.testing.assert_array_equal(images.numpy(), want_images.numpy())
@@ -396,7 +402,7 @@ def test_a_corrupt_image_is_named(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 4)
   (tmp_path / "images" / "img002.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
   with pytest.raises(DataError, match=f"^{images_dir}/img002.png: does not decode as an image"):
-    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
 
 
 def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
@@ -407,7 +413,7 @@ def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
   cfg = folder_cfg(images_dir, masks_dir, train_split=train_split, eval_split=eval_split,
                    skip_bad_files=True)
   with caplog.at_level(logging.WARNING):
-    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert "skipped 2 of 5 files that do not decode: img001.png, img004.png" in caplog.text
   first_batch(data.train)
   pairs, _ = class_masks.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
@@ -420,7 +426,7 @@ def test_a_mask_of_another_size_is_named(tmp_path):
   Image.fromarray(np.zeros((10, 11), np.uint8)).save(tmp_path / "masks" / "img001.png")
   with pytest.raises(DataError, match=f"^mask {masks_dir}/img001.png is 10x11, image {images_dir}/img001.png "
                                       "is 10x12$"):
-    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
 
 
 def test_a_class_id_beyond_num_classes_is_named(tmp_path):
@@ -429,14 +435,14 @@ def test_a_class_id_beyond_num_classes_is_named(tmp_path):
   Image.fromarray(masks[2]).save(tmp_path / "masks" / "img002.png")
   with pytest.raises(DataError, match=f"^{masks_dir}/img002.png: class id 7 >= data.num_classes=5 and not "
                                       "data.ignore_label=255$"):
-    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
 
 
 def test_an_empty_folder_is_named(tmp_path):
   (tmp_path / "images").mkdir()
   (tmp_path / "masks").mkdir()
   with pytest.raises(DataError, match=f"^{tmp_path}/images: no files ending in"):
-    seg_data.make_datasets(folder_cfg(str(tmp_path / "images"), str(tmp_path / "masks")), 4, seed=0,
+    make_datasets(folder_cfg(str(tmp_path / "images"), str(tmp_path / "masks")), 4, seed=0,
                            pad_multiple=4)
 
 
@@ -445,21 +451,21 @@ def test_a_missing_split_file_is_named(tmp_path):
   os.remove(tmp_path / "ImageSets/Segmentation/val.txt")
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21)
   with pytest.raises(DataError, match=f"^{tmp_path}/ImageSets/Segmentation/val.txt: no such split file$"):
-    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0, pad_multiple=4)
 
 
 def test_an_image_without_a_mask_is_named(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 3)
   os.remove(tmp_path / "masks" / "img001.png")
   with pytest.raises(DataError, match=f"^image {images_dir}/img001.png has no mask {masks_dir}/img001.png$"):
-    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
 
 
 def test_masks_must_be_png_class_ids(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 3)
   Image.fromarray(np.zeros((10, 12, 3), np.uint8)).save(tmp_path / "masks" / "img000.png")
   with pytest.raises(DataError, match="img000.png: masks must be 8-bit grayscale or palette PNGs"):
-    seg_data.make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -470,7 +476,7 @@ def test_masks_must_be_png_class_ids(tmp_path):
 ])
 def test_bad_config_values_are_named(tmp_path, overrides, message):
   with pytest.raises(ConfigError, match=message):
-    seg_data.make_datasets(make_cfg(**overrides), 4, seed=0, pad_multiple=4, workdir=str(tmp_path))
+    make_datasets(make_cfg(**overrides), 4, seed=0, pad_multiple=4, workdir=str(tmp_path))
 
 
 def test_convert_script_writes_shards_from_the_command_line(tmp_path):
@@ -517,11 +523,11 @@ def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, ca
                                               ["img004", "img005"])
   cfg = folder_cfg(images_dir, masks_dir, train_split=train_split, eval_split=eval_split)
   with pytest.raises(listing.UndecodableFileError) as excinfo:
-    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
   cfg.skip_bad_files = True
   with caplog.at_level(logging.WARNING):
-    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert f"skipping: {bad}: does not decode" in caplog.text
   counts = {"train": 0, "eval": 0}
   counts[split] = 1
@@ -555,11 +561,11 @@ def test_tfrecords_are_decoded_up_front_naming_shard_and_record(tmp_path, caplog
                  eval_pattern=bad if split == "eval" else good, patch_size=8)
   shard = str(tmp_path / "bad" / "train-00001-of-00002.tfrecord")
   with pytest.raises(listing.UndecodableFileError) as excinfo:
-    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
   cfg.skip_bad_files = True
   with caplog.at_level(logging.WARNING):
-    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert f"skipped 1 of 5 records that do not decode: {shard} record 1" in caplog.text
   counts = {"train": 0, "eval": 0}
   counts[split] = 1
@@ -579,7 +585,7 @@ def test_a_tfrecord_whose_mask_does_not_fit_its_image_is_named(tmp_path):
   cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern)
   with pytest.raises(DataError, match=r"x-00000-of-00001.tfrecord: record 0: the mask is 10x11, the image "
                                       r"10x12$"):
-    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0, pad_multiple=4)
 
 
 def split_cfg(tmp_path, train_text, eval_text=b"img003\n", **overrides):
@@ -592,7 +598,7 @@ def split_cfg(tmp_path, train_text, eval_text=b"img003\n", **overrides):
 
 def test_split_files_may_start_with_a_bom_and_end_lines_with_crlf(tmp_path):
   cfg = split_cfg(tmp_path, "\ufeffimg000\r\nimg001 extra words\r\n".encode("utf-8"))
-  assert seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4).num_eval_images == 1
+  assert make_datasets(cfg, 4, seed=0, pad_multiple=4).num_eval_images == 1
   assert seg_data.read_split_file(cfg.train_split) == {"img000": 1, "img001": 2}
 
 
@@ -607,7 +613,7 @@ def test_split_files_may_start_with_a_bom_and_end_lines_with_crlf(tmp_path):
 ])
 def test_bad_split_files_are_one_line_naming_file_and_line(tmp_path, train_text, expected):
   with pytest.raises(DataError) as excinfo:
-    seg_data.make_datasets(split_cfg(tmp_path, train_text), 4, seed=0, pad_multiple=4)
+    make_datasets(split_cfg(tmp_path, train_text), 4, seed=0, pad_multiple=4)
   assert re.search(f"^{tmp_path}/{expected}", one_line(excinfo))
 
 
@@ -615,22 +621,22 @@ def test_a_folder_or_nothing_where_a_split_file_should_be_is_named(tmp_path):
   cfg = split_cfg(tmp_path, b"img000\n")
   cfg.train_split = str(tmp_path / "images")
   with pytest.raises(DataError, match=f"^{tmp_path}/images: a folder, expected a split file$"):
-    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0, pad_multiple=4)
   cfg.train_split = str(tmp_path / "missing.txt")
   with pytest.raises(DataError, match=f"^{tmp_path}/missing.txt: no such split file$"):
-    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0, pad_multiple=4)
 
 
 def test_duplicates_warn_keeps_the_first_with_a_warning(tmp_path, caplog):
   cfg = split_cfg(tmp_path, b"img000\nimg001\nimg000\n", duplicates="warn")
   with caplog.at_level(logging.WARNING):
-    data = seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert f"{cfg.train_split}:3: image id 'img000' is listed again (first at line 1); keeping the first" \
       in caplog.text
   assert [os.path.basename(image) for image, _ in data.train_files] == ["img000.png", "img001.png"]
   cfg.duplicates = "maybe"
   with pytest.raises(ConfigError, match="data.duplicates='maybe' is not one of error, warn"):
-    seg_data.make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0, pad_multiple=4)
 
 
 def eval_batches(data):
@@ -665,12 +671,12 @@ def test_an_evaluation_reads_the_evaluation_files_only(tmp_path):
                                           eval_images=eval_images, eval_labels=eval_labels),
                                      [train_images, train_labels]),
   }
-  built = {name: eval_batches(seg_data.make_datasets(make_cfg(**cfg), 4, 0, 4)) for name, (cfg, _) in cases.items()}
+  built = {name: eval_batches(make_datasets(make_cfg(**cfg), 4, 0, 4)) for name, (cfg, _) in cases.items()}
   cases["tfrecord"][0]["train_pattern"] = str(tmp_path / "nowhere-*")
   for name, (cfg, train_files) in cases.items():
     for path in train_files:
       os.remove(path)
-    data = seg_data.make_datasets(make_cfg(**cfg), 4, 0, 4, for_training=False)
+    data = make_datasets(make_cfg(**cfg), 4, 0, 4, for_training=False)
     assert data.train is None and data.num_train_images == 0, name
     batches = eval_batches(data)
     assert sum(len(images) for images, _ in batches) == data.num_eval_images >= 1, name
@@ -682,15 +688,15 @@ def test_an_evaluation_reads_the_evaluation_files_only(tmp_path):
   hashed = tmp_path / "hashed"
   images_dir, masks_dir, _ = write_folder(hashed, [(12, 16)] * 8)
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, eval_fraction=0.25)
-  data = seg_data.make_datasets(cfg, 4, 0, 4)
+  data = make_datasets(cfg, 4, 0, 4)
   want = eval_batches(data)
   eval_names = {os.path.basename(p) for p, _ in sources.split_by_hash(
       seg_data.list_folder_pairs(images_dir, masks_dir), 0.25, path_fn=lambda pair: pair[0])[1]}
   train_image = next(p for p in sorted(os.listdir(images_dir)) if p not in eval_names)
   truncate(hashed / "images" / train_image)
   with pytest.raises(DataError, match=train_image):
-    seg_data.make_datasets(cfg, 4, 0, 4)
-  got = eval_batches(seg_data.make_datasets(cfg, 4, 0, 4, for_training=False))
+    make_datasets(cfg, 4, 0, 4)
+  got = eval_batches(make_datasets(cfg, 4, 0, 4, for_training=False))
   assert len(got) == len(want) >= 1
   for (images, labels), (want_images, want_labels) in zip(got, want):
     np.testing.assert_array_equal(images, want_images)

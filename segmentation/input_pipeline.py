@@ -1,0 +1,56 @@
+"""The two pipelines every segmentation source becomes (segmentation/data.py makes the sources).
+
+  train: endless, shuffled with the seed; random patch_size x patch_size crops
+    of image and mask together, several per image, cut inside tf.data;
+    yields (uint8 images [B, p, p, 3], int32 labels [B, p, p]).
+  eval: whole images in order, padded at the bottom and right to a multiple of
+    the model's stride (images with 0, labels with the ignore label); batches
+    of eval_batch_size when all images have the same size, else of one image.
+"""
+import collections
+
+import tensorflow as tf
+
+from common.data import pipeline
+
+# A source in a uniform shape: read(seed) gives (uint8 image [h, w, 3], uint8
+# mask [h, w]), shuffled and endless with a seed, in order and once with None.
+# size is the number of images; image_size is (h, w) when every image has it,
+# else None; skipped names what the check skipped.
+Source = collections.namedtuple("Source", ["read", "size", "image_size", "skipped"], defaults=[()])
+
+
+def make_train(source, batch_size, seed, *, patch_size, patches_per_image, shuffle_buffer, ignore_label):
+  """Batches of patches of the source's images and masks (data.patch_size, data.patches_per_image,
+  data.shuffle_buffer; masks padded with ignore_label where an image is smaller than a patch)."""
+  # Records that are patches already need no more than one (identity) crop.
+  count = 1 if source.image_size == (patch_size, patch_size) else patches_per_image
+
+  def crop(index, example):
+    image, mask = example
+    element_seed = tf.stack([tf.cast(seed, tf.int64), index])
+    return pipeline.sample_patches(image, mask, patch_size, count, element_seed, ignore_label)
+
+  def to_int32(images, masks):
+    return images, tf.cast(masks, tf.int32)
+
+  patches = (source.read(seed)
+             .enumerate()
+             .map(crop, num_parallel_calls=tf.data.AUTOTUNE)
+             .unbatch())
+  return (patches.shuffle(shuffle_buffer, seed=seed)
+          .batch(batch_size, drop_remainder=True)
+          .map(to_int32)
+          .prefetch(tf.data.AUTOTUNE))
+
+
+def make_eval(source, ignore_label, pad_multiple, batch_size):
+  """One pass of the source's whole images, padded to pad_multiple (masks with ignore_label)."""
+  def prepare(image, mask):
+    return (pipeline.pad_to_multiple(image, pad_multiple),
+            tf.cast(pipeline.pad_to_multiple(mask, pad_multiple, ignore_label), tf.int32))
+
+  return (source.read(None)
+          .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+          .batch(batch_size)
+          .prefetch(tf.data.AUTOTUNE))
