@@ -56,6 +56,7 @@ def load_saved_model(saved_model):
 
 def load_workdir(workdir, config):
   """(image -> class probabilities, class names) of a run's weights, as evaluate reads them."""
+  settings = data_lib.read_settings(config.data)
   names, _ = data_lib.read_run_classes(workdir)
   if names is None:
     raise DataError(f"{os.path.join(workdir, data_lib.LABELS_FILENAME)} does not exist: give the "
@@ -65,7 +66,7 @@ def load_workdir(workdir, config):
   if task_lib.fresh_batch_norm_layers(model, config):  # statistics a checkpoint does not hold
     task_lib.make_task(config, workdir, for_training=False).calibrate(model)
   logits = task_lib.make_predict_fn(model)
-  size, fraction = config.data.image_size, config.data.central_fraction
+  size, fraction = settings.image_size, settings.central_fraction
 
   def probabilities(image):
     prepared = preprocessing.preprocess_for_eval(tf.constant(image), size, size, fraction)

@@ -18,7 +18,6 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from common.contract.errors import ConfigError
 from common.data import sources
 from common.data.normalization import to_unit_range
 from common.data.normalization import unit_to_symmetric
@@ -161,11 +160,10 @@ def draw_synthetic_image(class_id, num_classes, size, rng):
 def write_synthetic_classes(cache_dir, seed, num_classes, images_per_class, size):
   """Writes class folders of synthetic JPEGs once; returns (train_dir, eval_dir).
 
-  A fifth of each class (at least one image) goes to eval. The folder name
-  holds every parameter, so other settings write their own set.
+  A fifth of each class (at least one image) goes to eval, so images_per_class is 2 or more
+  (data.read_settings checks it). The folder name holds every parameter, so other settings write
+  their own set.
   """
-  if images_per_class < 2:
-    raise ConfigError(f"data.synthetic_images_per_class must be >= 2, got {images_per_class}")
   name = (f"synthetic-classes-v{_SYNTHETIC_VERSION}-seed{seed}-classes{num_classes}-"
           f"images{images_per_class}-size{size}")
 

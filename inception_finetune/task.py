@@ -28,7 +28,8 @@ from inception_finetune import slim_checkpoint
 
 
 def validate_config(config):
-  """The fine-tuning sections' checks (data.py checks the data keys it reads: source, sizes, counts)."""
+  """The fine-tuning sections' checks, the data section's by data.read_settings; returns the
+  DataSettings."""
   blocks = len(inception_v4.BLOCK_NAMES)
   tops = [f"{inception_v4.SCOPE}/{name}" for name in inception_v4.BLOCK_NAMES] + list(inception_v4.HEAD_SCOPES)
 
@@ -60,21 +61,16 @@ def validate_config(config):
       "model.hidden_l2": config_lib.NON_NEGATIVE,
       "model.hidden_dropout_rate": config_lib.FRACTION,
       "model.logits_stddev": config_lib.NON_NEGATIVE,
-      "data.central_fraction": config_lib.number(0, 1),  # TF-Slim's: 0 (or 1) = no crop
-      "data.augment": config_lib.BOOL,
-      "data.fast_mode": config_lib.BOOL,
-      "data.skip_bad_files": config_lib.BOOL,
-      "data.min_class_count": config_lib.NON_NEGATIVE_INT,
-      "data.labels_offset": config_lib.NON_NEGATIVE_INT,
-      "data.synthetic_image_size": config_lib.POSITIVE_INT,
   })
   if config.finetune.head_steps > config.train.num_steps:
     raise ConfigError(f"finetune.head_steps={config.finetune.head_steps} must be in "
                       f"[0, train.num_steps={config.train.num_steps}]")
+  # Against the model section, before read_settings: a size under the network's minimum (0 too) is named so.
   minimum = inception_v4.MIN_AUX_INPUT_SIZE if config.model.aux_logits else inception_v4.MIN_INPUT_SIZE
   if config.data.image_size < minimum:
     raise ConfigError(f"data.image_size={config.data.image_size} is below Inception V4's minimum "
                       f"{minimum}" + (" with model.aux_logits=True" if config.model.aux_logits else ""))
+  return data_lib.read_settings(config.data)
 
 
 # Training images whose BatchNorm statistics replace the moving ones of layers that started from
@@ -282,11 +278,10 @@ def export_model(model, path, image_size, central_fraction, class_names):
   return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], class_names)
 
 
-def input_fingerprint(config, data):
+def input_fingerprint(batch_size, settings, data):
   """What the checkpointed input position depends on: resuming with other values is refused."""
-  cfg = config.data
-  return {"train.batch_size": config.train.batch_size, "data.image_size": cfg.image_size,
-          "data.shuffle_buffer": cfg.shuffle_buffer, "data.oversample_to": cfg.oversample_to,
+  return {"train.batch_size": batch_size, "data.image_size": settings.image_size,
+          "data.shuffle_buffer": settings.shuffle_buffer, "data.oversample_to": settings.oversample_to,
           "train files": listing.files_fingerprint(data.train_files),
           "train images": int(data.train_counts.sum())}
 
@@ -297,9 +292,8 @@ def make_task(config, workdir, for_training=True):
   An evaluation (for_training=False) checks only the evaluation images, with the run's classes; its Task
   has no training dataset (the calibration reads training images only if a checkpoint needs it).
   """
-  validate_config(config)
-  cfg = config.data
-  data = data_lib.make_datasets(cfg, config.train.batch_size, config.seed, workdir, for_training)
+  settings = validate_config(config)
+  data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, workdir, for_training)
 
   def evaluate(predict, from_saved_model):
     sampler = summaries.EvalSampler(data.raw_eval if from_saved_model else data.eval, predict,
@@ -320,13 +314,14 @@ def make_task(config, workdir, for_training=True):
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=saved_model_predict_fn,
-      export=lambda model, path: export_model(model, path, cfg.image_size, cfg.central_fraction,
+      export=lambda model, path: export_model(model, path, settings.image_size, settings.central_fraction,
                                               data.class_names),
-      describe=(f"{cfg.source} data, {data.num_classes} classes, {cfg.image_size}x{cfg.image_size}; "
+      describe=(f"{settings.source} data, {data.num_classes} classes, "
+                f"{settings.image_size}x{settings.image_size}; "
                 f"phases: head ({config.trainable_scopes}), unfrozen "
                 f"(+{config.finetune.unfreeze_last_blocks} blocks)"),
       image_summaries_fn=image_summaries,
-      input_fingerprint=input_fingerprint(config, data) if for_training else {},
+      input_fingerprint=input_fingerprint(config.train.batch_size, settings, data) if for_training else {},
       data_report=data.data_report,
       run_files=data.run_files,
       calibrate=make_batch_norm_calibration(config, data.new_train),

@@ -76,6 +76,7 @@ OWN = {
         ("data.crop_size", 0), ("data.crop_size", 32), ("data.eval_batch_size", 0),
         ("data.num_train_identities", 0), ("data.num_eval_identities", 1),
         ("data.images_per_synthetic_identity", 1), ("data.num_pair_folds", 0), ("data.pairs_per_fold", 0),
+        ("data.duplicates", "maybe"),  # data.read_settings, from validate_config
         ("model.embedding_size", 0), ("model.widths", ()), ("model.widths", (-4, 8)), ("model.widths", ("",)),
         ("model.weight_decay", -1.0), ("model.bn_momentum", 1.0), ("model.bn_momentum", 1.5),
         ("model.sync_batch_norm", None),
@@ -96,6 +97,10 @@ OWN = {
         ("data.image_size", 74), ("data.central_fraction", 1.5), ("data.central_fraction", -0.1),
         ("data.augment", None), ("data.fast_mode", None), ("data.skip_bad_files", None),
         ("data.min_class_count", -1), ("data.labels_offset", -1), ("data.synthetic_image_size", 0),
+        # data.read_settings, from validate_config: every data value before any file is listed.
+        ("data.source", "voc"), ("data.num_classes", -1), ("data.eval_batch_size", 0),
+        ("data.shuffle_buffer", 0), ("data.eval_fraction", 1.0), ("data.oversample_to", -1),
+        ("data.duplicates", "maybe"), ("data.synthetic_images_per_class", 1),
     ],
 }
 
@@ -108,12 +113,9 @@ CHECKED_ELSEWHERE = {
         "data.train_labels", "data.eval_images", "data.eval_labels",
     },
     "triplet": {
-        "data.duplicates", "data.train_dir", "data.eval_dir", "data.pairs_file", "data.pairs_dir",
-        "data.cache_dir",
+        "data.train_dir", "data.eval_dir", "data.pairs_file", "data.pairs_dir", "data.cache_dir",
     },
     "inception": {
-        "data.source", "data.num_classes", "data.eval_batch_size", "data.shuffle_buffer",
-        "data.eval_fraction", "data.oversample_to", "data.duplicates", "data.synthetic_images_per_class",
         "checkpoint_path", "data.train_dir", "data.eval_dir", "data.csv_path", "data.images_dir",
         "data.image_extension", "data.train_pattern", "data.eval_pattern", "data.labels_file",
         "data.cache_dir",

@@ -1,4 +1,5 @@
 """Classification data: class folders, CSV, TF-Slim TFRecords, labels, balance, oversampling, bad input."""
+import dataclasses
 import logging
 import os
 import re
@@ -34,6 +35,11 @@ def data_config(**overrides):
   return cfg
 
 
+def make_datasets(cfg, *args, **kwargs):
+  """data_lib.make_datasets of the data section, read into DataSettings as the task reads it."""
+  return data_lib.make_datasets(data_lib.read_settings(cfg), *args, **kwargs)
+
+
 def write_image(path, color, size=12):
   os.makedirs(os.path.dirname(path), exist_ok=True)
   Image.fromarray(np.full((size, size + 3, 3), color, np.uint8)).save(path)
@@ -58,8 +64,8 @@ def all_labels(dataset):
 
 def test_class_folders_give_normalized_batches_and_a_labels_file(tmp_path):
   root = write_class_folders(tmp_path / "images", [6, 5, 4])
-  data = data_lib.make_datasets(data_config(source="folder", train_dir=root, min_class_count=4), 8,
-                                seed=0, workdir=str(tmp_path / "run"))
+  data = make_datasets(data_config(source="folder", train_dir=root, min_class_count=4), 8,
+                       seed=0, workdir=str(tmp_path / "run"))
   assert data.class_names == ("breed_0", "breed_1", "breed_2")
   images, labels = first_batch(data.train)
   assert images.shape == (8, SIZE, SIZE, 3) and images.dtype == np.float32
@@ -83,8 +89,8 @@ def test_class_folders_give_normalized_batches_and_a_labels_file(tmp_path):
 def test_eval_images_keep_their_labels_and_the_split_is_stable(tmp_path):
   root = write_class_folders(tmp_path / "images", [5, 5])
   cfg = data_config(source="folder", train_dir=root, central_fraction=1.0)
-  first = data_lib.make_datasets(cfg, 4, seed=0)
-  second = data_lib.make_datasets(cfg, 4, seed=1)
+  first = make_datasets(cfg, 4, seed=0)
+  second = make_datasets(cfg, 4, seed=1)
   for images, labels in first.eval:
     gray = (images.numpy().mean(axis=(1, 2, 3)) + 1) / 2 * 255
     np.testing.assert_allclose(gray, 40 * labels.numpy(), atol=3)  # JPEG rounding
@@ -98,7 +104,7 @@ def test_eval_images_keep_their_labels_and_the_split_is_stable(tmp_path):
 def test_train_batches_are_reproducible_for_a_seed(tmp_path):
   root = write_class_folders(tmp_path / "images", [6, 6])
   cfg = data_config(source="folder", train_dir=root, fast_mode=False)
-  a, b, c = (first_batch(data_lib.make_datasets(cfg, 8, seed).train) for seed in (3, 3, 4))
+  a, b, c = (first_batch(make_datasets(cfg, 8, seed).train) for seed in (3, 3, 4))
   np.testing.assert_array_equal(a[0], b[0])
   np.testing.assert_array_equal(a[1], b[1])
   assert not np.array_equal(a[0], c[0])
@@ -117,7 +123,7 @@ def test_csv_of_ids_and_breed_names(tmp_path):
     rows.append(f"img{index},{breed}")
   cfg = data_config(source="csv", csv_path=write_csv(tmp_path / "labels.csv", rows),
                     images_dir=str(images))
-  data = data_lib.make_datasets(cfg, 4, seed=0)
+  data = make_datasets(cfg, 4, seed=0)
   assert data.class_names == ("akita", "beagle", "pug")
   assert data.train_counts.sum() + data.num_eval == 8
   assert set(all_labels(data.eval)) == {0, 1, 2}
@@ -144,7 +150,7 @@ def test_bad_csv_labels_are_named(tmp_path, rows, labels_file, expected):
   if not labels_file:
     cfg.num_classes = 3
   with pytest.raises(DataError, match=expected):
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
 
 
 def write_slim_tfrecords(prefix, labels, label_values=None, cut=None):
@@ -174,7 +180,7 @@ def test_slim_tfrecords_with_labels_offset_and_labels_file(tmp_path):
   (tmp_path / "labels.txt").write_text("0:pug\n1:beagle\n2:akita\n")
   cfg = data_config(source="tfrecord", train_pattern=train, eval_pattern=evaluation,
                     labels_file=str(tmp_path / "labels.txt"), labels_offset=1)
-  data = data_lib.make_datasets(cfg, 4, seed=0)
+  data = make_datasets(cfg, 4, seed=0)
   assert data.class_names == ("pug", "beagle", "akita")
   np.testing.assert_array_equal(data.train_counts, [3, 2, 2])
   np.testing.assert_array_equal(np.sort(all_labels(data.eval)), [0, 1, 2])
@@ -191,7 +197,7 @@ def test_bad_tfrecord_labels_are_named(tmp_path, labels, label_values, expected)
   pattern = write_slim_tfrecords(tmp_path / "train", labels, label_values)
   cfg = data_config(source="tfrecord", train_pattern=pattern, eval_pattern=pattern, num_classes=3)
   with pytest.raises(DataError, match=expected):
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
 
 
 def test_corrupt_image_is_named_or_skipped(tmp_path):
@@ -200,16 +206,16 @@ def test_corrupt_image_is_named_or_skipped(tmp_path):
   broken.write_bytes(b"\xff\xd8 not really a jpeg")
   cfg = data_config(source="folder", train_dir=root)
   with pytest.raises(DataError, match="broken.jpg: does not decode"):
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
   cfg.skip_bad_files = True
-  data = data_lib.make_datasets(cfg, 2, seed=0)
+  data = make_datasets(cfg, 2, seed=0)
   assert data.train_counts.sum() + data.num_eval == 8
 
 
 def test_num_classes_must_match_the_data(tmp_path):
   root = write_class_folders(tmp_path / "images", [2, 2])
   with pytest.raises(ConfigError, match="data.num_classes=5, but .* has 2 classes"):
-    data_lib.make_datasets(data_config(source="folder", train_dir=root, num_classes=5), 2, seed=0)
+    make_datasets(data_config(source="folder", train_dir=root, num_classes=5), 2, seed=0)
 
 
 def test_class_balance_report_flags_rare_classes():
@@ -222,8 +228,8 @@ def test_class_balance_report_flags_rare_classes():
 def test_oversampling_draws_rare_classes_as_often_as_asked(tmp_path):
   np.testing.assert_allclose(pipeline.oversampling_acceptance([40, 5, 20], 20), [0.25, 1.0, 0.25])
   root = write_class_folders(tmp_path / "images", [44, 6])
-  plain = data_lib.make_datasets(data_config(source="folder", train_dir=root), 50, seed=0)
-  balanced = data_lib.make_datasets(
+  plain = make_datasets(data_config(source="folder", train_dir=root), 50, seed=0)
+  balanced = make_datasets(
       data_config(source="folder", train_dir=root, oversample_to=40), 50, seed=0)
   np.testing.assert_array_equal(balanced.train_counts, [40, 5])
 
@@ -276,11 +282,11 @@ def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, ca
   bad = truncated_png(tmp_path / split / "breed_1" / "cut.png")
   cfg = data_config(source="folder", train_dir=train_dir, eval_dir=eval_dir)
   with pytest.raises(listing.UndecodableFileError) as excinfo:
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
   cfg.skip_bad_files = True
   with caplog.at_level(logging.WARNING):
-    data = data_lib.make_datasets(cfg, 2, seed=0)
+    data = make_datasets(cfg, 2, seed=0)
   assert f"skipping: {bad}: does not decode" in caplog.text
   counts = {"train": 0, "eval": 0}
   counts[split] = 1
@@ -299,11 +305,11 @@ def test_tfrecord_images_are_decoded_up_front_naming_shard_and_record(tmp_path, 
   cfg = data_config(source="tfrecord", num_classes=2, train_pattern=bad if split == "train" else good,
                     eval_pattern=bad if split == "eval" else good)
   with pytest.raises(listing.UndecodableFileError) as excinfo:
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
   cfg.skip_bad_files = True
   with caplog.at_level(logging.WARNING):
-    data = data_lib.make_datasets(cfg, 2, seed=0)
+    data = make_datasets(cfg, 2, seed=0)
   assert f"skipped 1 of 5 records that do not decode: {shard} record 1" in caplog.text
   counts = {"train": 0, "eval": 0}
   counts[split] = 1
@@ -325,7 +331,7 @@ def csv_config(tmp_path, text, **overrides):
 
 def test_a_csv_may_start_with_a_bom(tmp_path):
   cfg = csv_config(tmp_path, "\ufeffid,breed\r\nimg0,pug\r\nimg1,pug\r\nimg2,akita\r\nimg3,akita\r\n")
-  data = data_lib.make_datasets(cfg, 2, seed=0)
+  data = make_datasets(cfg, 2, seed=0)
   assert data.class_names == ("akita", "pug")  # not a class "breed" from a header read as a row
 
 
@@ -345,7 +351,7 @@ def test_a_csv_may_start_with_a_bom(tmp_path):
 ])
 def test_bad_csv_rows_are_one_line_naming_file_and_line(tmp_path, text, expected):
   with pytest.raises(DataError) as excinfo:
-    data_lib.make_datasets(csv_config(tmp_path, text), 2, seed=0)
+    make_datasets(csv_config(tmp_path, text), 2, seed=0)
   assert re.search(f"^{tmp_path}/{expected}", one_line(excinfo))
 
 
@@ -353,7 +359,7 @@ def test_a_csv_of_png_images_names_data_image_extension(tmp_path):
   cfg = csv_config(tmp_path, "img0,pug\nimg5,pug\n")
   Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "images" / "img5.png")
   with pytest.raises(DataError) as excinfo:
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo) == (
       f"{tmp_path}/images/img5.jpg: no such file ({tmp_path}/labels.csv:2; data.image_extension is '.jpg'; "
       "img5.png exists: set data.image_extension='.png')")
@@ -363,16 +369,16 @@ def test_a_folder_or_nothing_where_the_csv_should_be_is_named(tmp_path):
   cfg = csv_config(tmp_path, "img0,pug\n")
   cfg.csv_path = str(tmp_path / "images")
   with pytest.raises(DataError, match=f"^{tmp_path}/images: a folder, expected a CSV file$"):
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
   cfg.csv_path = str(tmp_path / "none.csv")
   with pytest.raises(DataError, match=f"^{tmp_path}/none.csv: no such CSV file$"):
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
 
 
 def test_duplicates_warn_keeps_the_first_row(tmp_path, caplog):
   cfg = csv_config(tmp_path, "img0,pug\nimg1,pug\nimg2,akita\nimg3,akita\nimg0,akita\n", duplicates="warn")
   with caplog.at_level(logging.WARNING):
-    data = data_lib.make_datasets(cfg, 2, seed=0)
+    data = make_datasets(cfg, 2, seed=0)
   assert ("labels.csv:5: id 'img0' has label 'akita' here but 'pug' at line 1; keeping the first"
           in caplog.text)
   assert data.train_counts.sum() + data.num_eval == 4
@@ -408,21 +414,21 @@ def test_an_image_in_train_and_eval_folders_is_named(tmp_path, caplog):
   eval_dir = write_class_folders(tmp_path / "eval", [1, 1])
   cfg = data_config(source="folder", train_dir=train_dir, eval_dir=eval_dir)
   with pytest.raises(DataError) as excinfo:
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
   assert one_line(excinfo) == (
       f"{eval_dir}/breed_0/0_0.jpg: image 'breed_0/0_0.jpg' is in the training split too "
       f"({train_dir}/breed_0/0_0.jpg) (1 more); remove it from one split, or set data.duplicates='warn' to "
       "keep both")
   cfg.duplicates = "warn"
   with caplog.at_level(logging.WARNING):
-    data = data_lib.make_datasets(cfg, 2, seed=0)
+    data = make_datasets(cfg, 2, seed=0)
   assert "kept in both splits" in caplog.text and data.num_eval == 2
 
 
 def test_a_source_with_nothing_to_hold_out_is_named(tmp_path):
   cfg = csv_config(tmp_path, "img0,pug\nimg1,akita\n")
   with pytest.raises(DataError, match=f"^{tmp_path}/labels.csv: no image is held out for evaluation"):
-    data_lib.make_datasets(cfg, 2, seed=0)
+    make_datasets(cfg, 2, seed=0)
 
 
 def eval_batches(data):
@@ -449,7 +455,7 @@ def test_an_evaluation_checks_the_evaluation_images_only_with_the_runs_classes(t
   }
   for name, cfg in cases.items():
     workdir = tmp_path / f"run_{name}"
-    trained = data_lib.make_datasets(cfg, 4, seed=0, workdir=str(workdir))
+    trained = make_datasets(cfg, 4, seed=0, workdir=str(workdir))
     workdir.mkdir()
     for file_name, text in trained.run_files.items():  # as the training loop writes them
       (workdir / file_name).write_text(text)
@@ -461,7 +467,7 @@ def test_an_evaluation_checks_the_evaluation_images_only_with_the_runs_classes(t
           f.write(b"not an image")
     else:
       cfg.train_pattern = str(tmp_path / "nowhere-*")
-    data = data_lib.make_datasets(cfg, 4, seed=0, workdir=str(workdir), for_training=False)
+    data = make_datasets(cfg, 4, seed=0, workdir=str(workdir), for_training=False)
     assert data.train is None and data.class_names == trained.class_names, name
     np.testing.assert_array_equal(data.train_counts, trained.train_counts, err_msg=name)
     got, want = eval_batches(data), eval_batches(trained)
@@ -471,10 +477,43 @@ def test_an_evaluation_checks_the_evaluation_images_only_with_the_runs_classes(t
       np.testing.assert_array_equal(labels, want_labels, err_msg=name)
   # The training folder is read only when the calibration asks for it.
   with pytest.raises(DataError, match=re.escape(f"{train_dir}: no such directory")):
-    data_lib.make_datasets(cases["folder"], 4, 0, str(tmp_path / "run_folder"), for_training=False).new_train()
+    make_datasets(cases["folder"], 4, 0, str(tmp_path / "run_folder"), for_training=False).new_train()
   # An evaluation folder whose classes are not the run's is named.
   os.makedirs(os.path.join(eval_dir, "breed_9"))
   write_image(os.path.join(eval_dir, "breed_9", "x.jpg"), 200)
   with pytest.raises(DataError, match=re.escape(f"{eval_dir}: class folders differ from the run's classes "
                                                 "(e.g. breed_9)")):
-    data_lib.make_datasets(cases["folder"], 4, 0, str(tmp_path / "run_folder"), for_training=False)
+    make_datasets(cases["folder"], 4, 0, str(tmp_path / "run_folder"), for_training=False)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"source": "voc"}, "data.source 'voc' is unknown; choose one of synthetic, folder, csv, tfrecord"),
+    ({"num_classes": -1}, "data.num_classes=-1: data.source='folder' needs 2 or more (0 = from the data, "
+                          "for folders, CSVs and labels files)"),
+    ({"eval_fraction": 1.0}, "data.eval_fraction must be in (0, 1), got 1.0"),
+    ({"shuffle_buffer": 0}, "data.shuffle_buffer must be >= 1, got 0"),
+    ({"oversample_to": -1}, "data.oversample_to must be >= 0 (0 = off), got -1"),
+    ({"duplicates": "keep"}, "data.duplicates='keep' is not one of error, warn"),
+    ({"central_fraction": 1.5}, "data.central_fraction=1.5 must be a number in [0, 1]"),
+    ({"source": "synthetic", "num_classes": 3, "synthetic_images_per_class": 1},
+     "data.synthetic_images_per_class must be >= 2, got 1"),
+])
+def test_read_settings_refuses_a_bad_value_before_any_file_is_listed(tmp_path, overrides, message):
+  cfg = data_config(**{"source": "folder", "train_dir": str(tmp_path / "missing"), **overrides})
+  with pytest.raises(ConfigError) as excinfo:
+    data_lib.read_settings(cfg)
+  assert one_line(excinfo) == message
+
+
+def test_settings_are_a_frozen_copy_and_a_source_without_classes_is_refused_before_writing(tmp_path):
+  cfg = data_config(source="synthetic", cache_dir=str(tmp_path / "cache"))
+  settings = data_lib.read_settings(cfg)  # num_classes 0 is a setting of its own (from the data)
+  assert {field.name for field in dataclasses.fields(settings)} == set(cfg.keys())
+  cfg.image_size = 99
+  assert settings.image_size == SIZE
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.image_size = 99
+  with pytest.raises(ConfigError) as excinfo:
+    data_lib.make_datasets(settings, 2, seed=0)
+  assert one_line(excinfo).startswith("data.num_classes=0: data.source='synthetic' needs 2 or more")
+  assert not os.path.exists(tmp_path / "cache")

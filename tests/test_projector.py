@@ -72,7 +72,7 @@ def test_the_eval_folder_holds_the_newest_evaluations_embeddings_of_the_held_out
   assert embedding.tensor_name == "embeddings_step_20/.ATTRIBUTES/VARIABLE_VALUE"
   assert header == ["identity", "file"]
   files = [file for _, file in rows]
-  eval_data = triplet_data.load_eval_data(config.data, config.seed, str(workdir))
+  eval_data = triplet_data.load_eval_data(triplet_data.read_settings(config.data), config.seed, str(workdir))
   assert files == metrics.images_to_embed(eval_data) and len(files) == 12  # 4 identities x 3 images
   assert [identity for identity, _ in rows] == [os.path.basename(os.path.dirname(f)) for f in files]
   assert len(set(identity for identity, _ in rows)) == 4

@@ -1,4 +1,5 @@
 """Identity sources, the P x K sampler and bad input."""
+import dataclasses
 import logging
 import os
 
@@ -7,10 +8,12 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
+from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import lfw_pairs
 from configs import triplet as triplet_config
 from triplet import data
+from triplet import synthetic as synthetic_lib
 
 
 def write_png(path, red, green, size=8):
@@ -191,23 +194,23 @@ def test_check_pairs_drops_pairs_with_corrupt_images_when_skipping(tmp_path):
 def test_synthetic_identities_are_written_once_with_disjoint_eval_identities(tmp_path):
   kwargs = dict(num_train=6, num_eval=4, images_per_identity=3, image_size=12, seed=5,
                 num_folds=2, pairs_per_fold=3)
-  synthetic = data.make_synthetic_identities(str(tmp_path), **kwargs)
+  synthetic = synthetic_lib.make_synthetic_identities(str(tmp_path), **kwargs)
   train = data.list_identities(synthetic.train_dir)
   evaluation = data.list_identities(synthetic.eval_dir)
   assert [len(i.paths) for i in train] == [3] * 6 and [len(i.paths) for i in evaluation] == [3] * 4
   pairs, num_folds = lfw_pairs.read_pairs(synthetic.pairs_path, synthetic.eval_dir)
   assert num_folds == 2 and sum(p.is_same for p in pairs) == 6 and len(pairs) == 12
   stamp = os.path.getmtime(train[0].paths[0])
-  again = data.make_synthetic_identities(str(tmp_path), **kwargs)
+  again = synthetic_lib.make_synthetic_identities(str(tmp_path), **kwargs)
   assert again == synthetic and os.path.getmtime(train[0].paths[0]) == stamp
   # Same seed, same pixels, elsewhere.
-  copy = data.make_synthetic_identities(str(tmp_path / "copy"), **kwargs)
+  copy = synthetic_lib.make_synthetic_identities(str(tmp_path / "copy"), **kwargs)
   first = data.list_identities(copy.train_dir)[0].paths[0]
   np.testing.assert_array_equal(np.asarray(Image.open(first)), np.asarray(Image.open(train[0].paths[0])))
 
 
 def test_glyphs_of_all_identities_differ_in_at_least_three_cells():
-  glyphs = data._make_glyphs(40, 4, np.random.default_rng(0))
+  glyphs = synthetic_lib._make_glyphs(40, 4, np.random.default_rng(0))
   distances = [np.sum(a != b) for i, a in enumerate(glyphs) for b in glyphs[i + 1:]]
   assert min(distances) >= 3
 
@@ -250,8 +253,9 @@ def folder_config(tmp_path, **overrides):
 
 
 def load_report(cfg):
-  identities = data.load_train_identities(cfg, 0, None)
-  return data.data_report(identities, data.load_eval_data(cfg, 0, None))
+  settings = data.read_settings(cfg)
+  identities = data.load_train_identities(settings, 0, None)
+  return data.data_report(identities, data.load_eval_data(settings, 0, None))
 
 
 @pytest.mark.parametrize("split", ["train", "eval"])
@@ -286,13 +290,13 @@ def test_an_identity_in_train_and_eval_is_named(tmp_path, caplog):
   cfg = folder_config(tmp_path)
   os.rename(os.path.join(cfg.eval_dir, "other01"), os.path.join(cfg.eval_dir, "id02"))
   with pytest.raises(DataError) as excinfo:
-    data.load_eval_data(cfg, 0, None)
+    data.load_eval_data(data.read_settings(cfg), 0, None)
   assert error_message(excinfo) == (
       f"{cfg.eval_dir}/id02: identity 'id02' is in the training split too ({cfg.train_dir}/id02); "
       "remove it from one split, or set data.duplicates='warn' to keep both")
   cfg.duplicates = "warn"
   with caplog.at_level(logging.WARNING):
-    assert len(data.load_eval_data(cfg, 0, None).paths) == 4
+    assert len(data.load_eval_data(data.read_settings(cfg), 0, None).paths) == 4
   assert "kept in both splits" in caplog.text
 
 
@@ -331,3 +335,28 @@ def test_a_bad_pairs_file_is_one_line_naming_it(tmp_path):
     lfw_pairs.read_pairs(str(path), root)
   assert error_message(excinfo).startswith(f"{path}:3: names image {root}/id01/id01_0007.* which does not "
                                            "exist (images of the pairs are looked up under data.pairs_dir")
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("duplicates", "ignore", "data.duplicates='ignore' is not one of error, warn"),
+    ("crop_size", 24, "data.crop_size=24 must be in 1..data.load_size=20"),
+    ("pairs_file", "pairs.txt", "data.pairs_file=pairs.txt needs data.pairs_dir or data.eval_dir"),
+    ("load_size", 0, "data.load_size=0 must be a positive integer"),
+])
+def test_read_settings_refuses_a_bad_value_before_any_file_is_listed(tmp_path, key, value, message):
+  cfg = triplet_config.get_config("smoke").data
+  cfg.source, cfg.train_dir = "folder", str(tmp_path / "missing")  # listed, it would be a DataError
+  cfg[key] = value
+  with pytest.raises(ConfigError) as excinfo:
+    data.read_settings(cfg)
+  assert error_message(excinfo) == message
+
+
+def test_settings_are_a_frozen_copy_of_the_data_section(tmp_path):
+  cfg = folder_config(tmp_path)
+  settings = data.read_settings(cfg)
+  assert {field.name for field in dataclasses.fields(settings)} == set(cfg.keys())
+  cfg.load_size = 99
+  assert settings.load_size == 20 and settings.train_dir == cfg.train_dir
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.load_size = 99

@@ -1,8 +1,9 @@
 """Identity datasets for embedding training: sources, P x K batches, evaluation sets.
 
 Sources: a folder per identity (LFW's layout), built-in synthetic identities
-written once as such a folder, and LFW's pairs.txt for verification (read by
-common/data/lfw_pairs).
+(triplet/synthetic.py) written once as such a folder, and LFW's pairs.txt for
+verification (read by common/data/lfw_pairs). The config's data section is read
+once, by read_settings, into the frozen DataSettings that the functions here take.
 Training batches hold P identities with K images each, sampled entirely
 inside tf.data with stateless seeds, so the iterator can be checkpointed and a
 run replays the same batches; each batch is identity-major (K consecutive
@@ -10,14 +11,14 @@ images per identity), so splitting it across replicas keeps whole identities
 together when P is a multiple of the replica count.
 """
 import collections
+import dataclasses
 import os
 
 from absl import logging
 import numpy as np
-from PIL import Image
-from PIL import ImageDraw
 import tensorflow as tf
 
+from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import image_checks
@@ -26,12 +27,12 @@ from common.data import listing
 from common.data import normalization
 from common.data import sources
 from common.data import text_inputs
+from triplet import synthetic as synthetic_lib
 
 # What batches do with identities that have fewer than K images.
 SMALL_IDENTITY_MODES = ("error", "drop", "repeat")
 
 Identity = collections.namedtuple("Identity", ["name", "directory", "paths"])
-SyntheticData = collections.namedtuple("SyntheticData", ["train_dir", "eval_dir", "pairs_path"])
 # paths/labels: images of held-out identities for retrieval; pairs: verification pairs in folds;
 # skipped: {"eval": names, "pairs": names} of the files the checks skipped.
 EvalData = collections.namedtuple("EvalData", ["paths", "labels", "pairs", "num_folds", "skipped"],
@@ -48,6 +49,66 @@ class Identities(list):
 
 # Independent random streams derived from the one seed.
 _IDENTITY_ORDER_STREAM, _IMAGE_PICK_STREAM, _AUGMENT_STREAM = 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The config's data section (configs/triplet.py), read once by read_settings and checked: what
+  the functions of this module take instead of the config. P x K batches; then the folder source's
+  paths ("" = none); then the synthetic source's identities, written once under cache_dir."""
+  source: str
+  identities_per_batch: int
+  images_per_identity: int
+  small_identities: str
+  skip_bad_files: bool
+  duplicates: str
+  load_size: int
+  crop_size: int
+  random_flip: bool
+  normalization: str
+  eval_batch_size: int
+  train_dir: str
+  eval_dir: str
+  pairs_file: str
+  pairs_dir: str
+  cache_dir: str
+  num_train_identities: int
+  num_eval_identities: int
+  images_per_synthetic_identity: int
+  num_pair_folds: int
+  pairs_per_fold: int
+
+
+def read_settings(data_cfg):
+  """The config's data section -> DataSettings, every value checked before any file is listed: a
+  ConfigError naming the first bad one (data.<key>). The checks that need another section (the
+  loss, the batch size) are task.validate_config's."""
+  values = {field.name: data_cfg[field.name] for field in dataclasses.fields(DataSettings)}
+  config_lib.check_values({"data": values}, {
+      "data.source": config_lib.one_of("synthetic", "folder"),
+      "data.small_identities": config_lib.one_of(*SMALL_IDENTITY_MODES),
+      "data.identities_per_batch": config_lib.integer(2),  # negatives need a second identity
+      "data.images_per_identity": config_lib.POSITIVE_INT,
+      "data.skip_bad_files": config_lib.BOOL,
+      "data.random_flip": config_lib.BOOL,
+      "data.normalization": config_lib.one_of(*normalization.SCHEMES),
+      **dict.fromkeys(["data.load_size", "data.crop_size", "data.eval_batch_size",
+                       "data.num_train_identities", "data.num_pair_folds", "data.pairs_per_fold"],
+                      config_lib.POSITIVE_INT),
+      # Verification pairs need two identities with two images each.
+      "data.num_eval_identities": config_lib.integer(2),
+      "data.images_per_synthetic_identity": config_lib.integer(2),
+  })
+  text_inputs.check_duplicates_mode(values["duplicates"])
+  for key in ("train_dir", "eval_dir", "pairs_file", "pairs_dir", "cache_dir"):
+    values[key] = values[key] or ""
+  settings = DataSettings(**values)
+  if settings.crop_size > settings.load_size:
+    raise ConfigError(f"data.crop_size={settings.crop_size} must be in "
+                      f"1..data.load_size={settings.load_size}")
+  if settings.source == "folder" and settings.pairs_file and not (settings.pairs_dir or settings.eval_dir):
+    raise ConfigError(f"data.pairs_file={settings.pairs_file} needs data.pairs_dir or data.eval_dir")
+  return settings
 
 
 # Folder layout: one directory per identity.
@@ -117,127 +178,53 @@ def select_identities(identities, images_per_identity, small_identities="error")
   return Identities(kept, getattr(identities, "skipped", ()))
 
 
-# LFW pairs.txt.
+# Built-in synthetic identities (triplet/synthetic.py).
 
 
-# Built-in synthetic identities.
+def prepare_synthetic(settings, seed, workdir):
+  """Writes (once) the synthetic identities the DataSettings describe; returns SyntheticData."""
+  return synthetic_lib.make_synthetic_identities(
+      sources.synthetic_cache_dir(settings.cache_dir, workdir), settings.num_train_identities,
+      settings.num_eval_identities, settings.images_per_synthetic_identity, settings.load_size, seed,
+      num_folds=settings.num_pair_folds, pairs_per_fold=settings.pairs_per_fold)
 
 
-def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identity, image_size,
-                              seed, num_folds=10, pairs_per_fold=30, grid_size=4):
-  """Writes (once) synthetic identities as PNG folders plus an LFW-style pairs file.
-
-  An identity is a random glyph: cells of a grid_size x grid_size grid, at
-  least 3 cells apart (Hamming distance) from every other identity's glyph.
-  Each image draws it with random position, scale, colors (a bright glyph on
-  a dark background) and pixel noise, so that only the glyph's shape tells identities
-  apart. Evaluation identities are disjoint from training ones. Returns
-  SyntheticData(train_dir, eval_dir, pairs_path) under cache_dir, in a folder
-  named after the arguments; an existing folder is reused.
-  """
-
-  def write(directory):
-    rng = np.random.default_rng(seed)
-    glyphs = _make_glyphs(num_train + num_eval, grid_size, rng)
-    for split, split_glyphs in (("train", glyphs[:num_train]), ("eval", glyphs[num_train:])):
-      for i, glyph in enumerate(split_glyphs):
-        name = f"{split}{i:05d}"
-        os.makedirs(os.path.join(directory, split, name))
-        for j in range(1, images_per_identity + 1):
-          Image.fromarray(_render_glyph(glyph, image_size, rng)).save(
-              os.path.join(directory, split, name, f"{name}_{j:04d}.png"))
-    lfw_pairs.write_pairs_file(os.path.join(directory, "pairs.txt"),
-                      [f"eval{i:05d}" for i in range(num_eval)], images_per_identity,
-                      num_folds, pairs_per_fold, rng)
-
-  key = (f"synthetic_seed{seed}_train{num_train}_eval{num_eval}_k{images_per_identity}_"
-         f"{image_size}px_grid{grid_size}_pairs{num_folds}x{pairs_per_fold}")
-  directory = sources.write_once(cache_dir, key, write)
-  return SyntheticData(os.path.join(directory, "train"), os.path.join(directory, "eval"),
-                       os.path.join(directory, "pairs.txt"))
+# What the settings name.
 
 
-def prepare_synthetic(data_config, seed, workdir):
-  """Writes (once) the synthetic identities the config describes; returns SyntheticData."""
-  return make_synthetic_identities(
-      sources.synthetic_cache_dir(data_config.cache_dir, workdir), data_config.num_train_identities,
-      data_config.num_eval_identities, data_config.images_per_synthetic_identity,
-      data_config.load_size, seed, num_folds=data_config.num_pair_folds,
-      pairs_per_fold=data_config.pairs_per_fold)
-
-
-def _make_glyphs(count, grid_size, rng, min_cells=3, min_hamming=3):
-  """`count` distinct boolean grids, pairwise at least min_hamming cells apart."""
-  glyphs = []
-  for _ in range(1000 * count):
-    glyph = rng.random((grid_size, grid_size)) < 0.5
-    if glyph.sum() >= min_cells and all(np.sum(glyph != g) >= min_hamming for g in glyphs):
-      glyphs.append(glyph)
-      if len(glyphs) == count:
-        return glyphs
-  raise ValueError(f"cannot draw {count} glyphs {min_hamming} cells apart on a "
-                   f"{grid_size}x{grid_size} grid; use a larger grid")
-
-
-def _render_glyph(glyph, size, rng, noise_std=10.0):
-  """One image of an identity: the glyph with random placement, scale, colors and noise.
-
-  The glyph is always brighter than the background: with both polarities a
-  small network needs far longer to learn the shapes.
-  """
-  background = tuple(int(c) for c in rng.integers(0, 110, 3))
-  foreground = tuple(int(c) for c in rng.integers(150, 256, 3))
-  grid_size = glyph.shape[0]
-  cell = size * 0.6 * rng.uniform(0.8, 1.1) / grid_size
-  left, top = size / 2 + rng.uniform(-0.08, 0.08, 2) * size - cell * grid_size / 2
-  image = Image.new("RGB", (size, size), background)
-  draw = ImageDraw.Draw(image)
-  for row, column in zip(*np.nonzero(glyph)):
-    x, y = left + column * cell, top + row * cell
-    draw.rectangle([x, y, x + cell - 1, y + cell - 1], fill=foreground)
-  pixels = np.asarray(image, np.float32) + rng.normal(0.0, noise_std, (size, size, 3))
-  return np.clip(pixels, 0, 255).astype(np.uint8)
-
-
-# What the config names.
-
-
-def load_train_identities(data_config, seed, workdir):
+def load_train_identities(settings, seed, workdir):
   """The training identities after the policy for identities with fewer than K images."""
-  if data_config.source == "synthetic":
-    root = prepare_synthetic(data_config, seed, workdir).train_dir
+  if settings.source == "synthetic":
+    root = prepare_synthetic(settings, seed, workdir).train_dir
   else:
-    root = sources.required(data_config.train_dir, "train_dir", data_config.source)
-  identities = list_identities(root, data_config.skip_bad_files)
-  return select_identities(identities, data_config.images_per_identity, data_config.small_identities)
+    root = sources.required(settings.train_dir, "train_dir", settings.source)
+  identities = list_identities(root, settings.skip_bad_files)
+  return select_identities(identities, settings.images_per_identity, settings.small_identities)
 
 
-def load_eval_data(data_config, seed, workdir):
-  """The held-out identities and verification pairs that the config names.
+def load_eval_data(settings, seed, workdir):
+  """The held-out identities and verification pairs that the DataSettings name.
 
   A held-out identity that is a training identity too (by folder name) is a
   DataError, or with data.duplicates="warn" a warning.
   """
-  duplicates = text_inputs.check_duplicates_mode(data_config.duplicates)
-  if data_config.source == "synthetic":
-    synthetic = prepare_synthetic(data_config, seed, workdir)
+  if settings.source == "synthetic":
+    synthetic = prepare_synthetic(settings, seed, workdir)
     eval_dir, pairs_file, pairs_dir = synthetic.eval_dir, synthetic.pairs_path, synthetic.eval_dir
   else:
-    eval_dir, pairs_file = data_config.eval_dir, data_config.pairs_file
-    pairs_dir = data_config.pairs_dir or eval_dir
-    if pairs_file and not pairs_dir:
-      raise ConfigError(f"data.pairs_file={pairs_file} needs data.pairs_dir or data.eval_dir")
+    eval_dir, pairs_file = settings.eval_dir, settings.pairs_file
+    pairs_dir = settings.pairs_dir or eval_dir  # read_settings: one of them with a pairs_file
   paths, labels, skipped = [], np.zeros([0], np.int64), {}
   if eval_dir:
-    identities = list_identities(eval_dir, data_config.skip_bad_files)
-    if data_config.source == "folder" and data_config.train_dir:
-      _check_identity_overlap(data_config.train_dir, identities, duplicates)
+    identities = list_identities(eval_dir, settings.skip_bad_files)
+    if settings.source == "folder" and settings.train_dir:
+      _check_identity_overlap(settings.train_dir, identities, settings.duplicates)
     paths, labels = identity_labels(identities)
     skipped["eval"] = identities.skipped
   pairs, num_folds = [], 0
   if pairs_file:
     pairs, num_folds = lfw_pairs.read_pairs(pairs_file, pairs_dir)
-    pairs, skipped["pairs"] = lfw_pairs.check_pairs(pairs, data_config.skip_bad_files)
+    pairs, skipped["pairs"] = lfw_pairs.check_pairs(pairs, settings.skip_bad_files)
   return EvalData(paths, labels, pairs, num_folds, skipped)
 
 

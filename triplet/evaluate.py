@@ -13,15 +13,12 @@ if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 from common.app import commands
-from common.contract.errors import ConfigError
 from triplet import metrics as metrics_lib
 from triplet import task as task_lib
 
 
 def make_task(config, workdir, for_training):
-  """The task, once the config names something to evaluate."""
-  if config.data.source == "folder" and not (config.data.eval_dir or config.data.pairs_file):
-    raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
+  """The task; an evaluation's (for_training=False) refuses a config that names nothing to evaluate."""
   return task_lib.make_task(config, workdir, for_training=for_training)
 
 

@@ -71,17 +71,17 @@ def load_saved_model(saved_model):
 
 def load_workdir(workdir, config):
   """The run's weights with the evaluation's preprocessing, and metrics.json's threshold."""
-  cfg = config.data
+  settings = data_lib.read_settings(config.data)
   softmax = config.loss.name == task_lib.SOFTMAX  # its classifier head is in the checkpoint
-  identities = data_lib.load_train_identities(cfg, config.seed, workdir) if softmax else ()
+  identities = data_lib.load_train_identities(settings, config.seed, workdir) if softmax else ()
   model = task_lib.build_model(config, len(identities))
   step = predict_lib.checkpoint_step(predict_lib.restore_weights(model, workdir))
   predict = task_lib.make_predict_fn(model)
-  normalizer = normalization.get_normalizer(cfg.normalization)
+  normalizer = normalization.get_normalizer(settings.normalization)
 
   def embed(image):
-    resized = tf.image.resize(image, [cfg.load_size, cfg.load_size])  # as data.load_image
-    return predict(data_lib.preprocess_for_eval(resized, cfg.crop_size, normalizer)[None])[0].numpy()
+    resized = tf.image.resize(image, [settings.load_size, settings.load_size])  # as data.load_image
+    return predict(data_lib.preprocess_for_eval(resized, settings.crop_size, normalizer)[None])[0].numpy()
 
   threshold, source = metrics_threshold(workdir, step)
   return Embedder(embed, threshold, source)

@@ -35,27 +35,18 @@ INITIAL_ROC = "initial_roc.json"  # the ROC curves of the untrained network and 
 
 
 def validate_config(config, for_training=True):
-  """The triplet sections' checks (data.py checks the folders and pairs it reads); an evaluation
-  (for_training=False) skips those of the training batches."""
-  data, loss = config.data, config.loss
+  """The triplet sections' checks (the data section's by data.read_settings; data.py checks the
+  folders and pairs it reads); an evaluation (for_training=False) skips those of the training
+  batches. Returns the DataSettings."""
+  loss = config.loss
   config_lib.check_values(config, {
       "loss.name": config_lib.one_of(*LOSS_NAMES),
       "loss.margin": config_lib.NON_NEGATIVE,  # below 0 every triplet already satisfies it: nothing trains
       "loss.squared": config_lib.BOOL,
       "loss.cross_replica_mining": config_lib.BOOL,
-      "data.source": config_lib.one_of("synthetic", "folder"),
-      "data.small_identities": config_lib.one_of(*data_lib.SMALL_IDENTITY_MODES),
-      "data.identities_per_batch": config_lib.integer(2),  # negatives need a second identity
-      "data.images_per_identity": config_lib.POSITIVE_INT,
-      "data.skip_bad_files": config_lib.BOOL,
-      "data.random_flip": config_lib.BOOL,
-      "data.normalization": config_lib.one_of(*normalization.SCHEMES),
-      **dict.fromkeys(["data.load_size", "data.crop_size", "data.eval_batch_size",
-                       "data.num_train_identities", "data.num_pair_folds", "data.pairs_per_fold"],
-                      config_lib.POSITIVE_INT),
-      # Verification pairs need two identities with two images each.
-      "data.num_eval_identities": config_lib.integer(2),
-      "data.images_per_synthetic_identity": config_lib.integer(2),
+  })
+  settings = data_lib.read_settings(config.data)
+  config_lib.check_values(config, {
       "model.embedding_size": config_lib.POSITIVE_INT,
       "model.widths": config_lib.POSITIVE_INTS,
       "model.weight_decay": config_lib.NON_NEGATIVE,
@@ -64,14 +55,14 @@ def validate_config(config, for_training=True):
       "summaries.max_projector_points": config_lib.integer(0, summaries.MAX_PROJECTOR_POINTS),
   })
   if not for_training:
-    return
-  if loss.name != SOFTMAX and data.images_per_identity < 2:
+    return settings
+  p, k = settings.identities_per_batch, settings.images_per_identity
+  if loss.name != SOFTMAX and k < 2:
     raise ConfigError(f"loss.name={loss.name} needs data.images_per_identity >= 2 (anchor and positive)")
-  if config.train.batch_size != data.identities_per_batch * data.images_per_identity:
+  if config.train.batch_size != p * k:
     raise ConfigError(f"train.batch_size={config.train.batch_size} must be data.identities_per_batch "
-                      f"x data.images_per_identity = {data.identities_per_batch * data.images_per_identity}")
-  if data.crop_size > data.load_size:
-    raise ConfigError(f"data.crop_size={data.crop_size} must be in 1..data.load_size={data.load_size}")
+                      f"x data.images_per_identity = {p * k}")
+  return settings
 
 
 def fall_back_best_metric(config, eval_data):
@@ -166,13 +157,13 @@ def make_predict_fn(model):
   return tf.function(lambda images: embedding_model(images, training=False), reduce_retracing=True)
 
 
-def make_classifier_accuracy_fn(classifier, identities, data_config):
+def make_classifier_accuracy_fn(classifier, identities, settings):
   """Accuracy of the softmax head on the first K images of every training identity (center crops)."""
-  k = data_config.images_per_identity
+  k = settings.images_per_identity
   paths = [path for identity in identities for path in identity.paths[:k]]
   labels = np.repeat(np.arange(len(identities)), [len(i.paths[:k]) for i in identities])
-  dataset = data_lib.make_eval_dataset(paths, data_config.load_size, data_config.crop_size,
-                                       data_config.normalization, data_config.eval_batch_size)
+  dataset = data_lib.make_eval_dataset(paths, settings.load_size, settings.crop_size,
+                                       settings.normalization, settings.eval_batch_size)
   predict = tf.function(lambda images: classifier(images, training=False)[model_lib.LOGITS],
                         reduce_retracing=True)
 
@@ -183,7 +174,7 @@ def make_classifier_accuracy_fn(classifier, identities, data_config):
   return accuracy
 
 
-def export_model(model, path, data_config, threshold=None):
+def export_model(model, path, settings, threshold=None):
   """SavedModel: uint8 images [B, H, W, 3] of any size -> {"embeddings": L2-normalized [B, D]}.
 
   Images get the evaluation preprocessing: resize to load_size, center crop,
@@ -191,11 +182,11 @@ def export_model(model, path, data_config, threshold=None):
   "step"} (export_threshold), carried by the signature "constants" (common/app/export.py).
   """
   embedding_model = model_lib.embedding_part(model)
-  normalizer = normalization.get_normalizer(data_config.normalization)
+  normalizer = normalization.get_normalizer(settings.normalization)
 
   def serve(images):
-    images = tf.image.resize(images, [data_config.load_size, data_config.load_size])
-    images = data_lib.preprocess_for_eval(images, data_config.crop_size, normalizer)
+    images = tf.image.resize(images, [settings.load_size, settings.load_size])
+    images = data_lib.preprocess_for_eval(images, settings.crop_size, normalizer)
     return {"embeddings": embedding_model(images, training=False)}
 
   return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES],
@@ -239,12 +230,11 @@ def projector_points(paths, load_size, batch_size):
   return embeddings_of
 
 
-def input_fingerprint(config, identities):
+def input_fingerprint(settings, identities):
   """What the checkpointed input position depends on: resuming with other values is refused."""
-  cfg = config.data
-  return {"data.identities_per_batch": cfg.identities_per_batch,
-          "data.images_per_identity": cfg.images_per_identity, "data.load_size": cfg.load_size,
-          "data.crop_size": cfg.crop_size,
+  return {"data.identities_per_batch": settings.identities_per_batch,
+          "data.images_per_identity": settings.images_per_identity, "data.load_size": settings.load_size,
+          "data.crop_size": settings.crop_size,
           "train files": listing.files_fingerprint([p for i in identities for p in i.paths])}
 
 
@@ -255,30 +245,32 @@ def make_task(config, workdir, for_training=True):
   of the training batches (P x K), no training dataset; softmax mode alone counts the training
   identities, the size of its classifier.
   """
-  validate_config(config, for_training)
-  cfg = config.data
+  settings = validate_config(config, for_training)
+  if not for_training and settings.source == "folder" and not (settings.eval_dir or settings.pairs_file):
+    raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
   softmax = config.loss.name == SOFTMAX
-  identities = (data_lib.load_train_identities(cfg, config.seed, workdir) if for_training or softmax
+  identities = (data_lib.load_train_identities(settings, config.seed, workdir) if for_training or softmax
                 else None)
-  eval_data = data_lib.load_eval_data(cfg, config.seed, workdir)
+  eval_data = data_lib.load_eval_data(settings, config.seed, workdir)
   if for_training:
     fall_back_best_metric(config, eval_data)
   # The ROC's false accept rates can reach 1e-3 only with 1000 different pairs or more.
   different_pairs = sum(not pair.is_same for pair in eval_data.pairs)
   far_mark = metrics.TARGET_FAR if different_pairs * metrics.TARGET_FAR >= 1 else None
   eval_paths = metrics.images_to_embed(eval_data)
-  eval_dataset = data_lib.make_eval_dataset(eval_paths, cfg.load_size, cfg.crop_size,
-                                            cfg.normalization, cfg.eval_batch_size)
+  eval_dataset = data_lib.make_eval_dataset(eval_paths, settings.load_size, settings.crop_size,
+                                            settings.normalization, settings.eval_batch_size)
   # Said once here rather than at every evaluation; metrics.json keeps it in its data report.
   val_note = metrics.val_at_far_note(eval_data)
   if val_note:
     logging.info("VAL@FAR=1e-3: %s", val_note)
   projector_paths = eval_paths[:config.summaries.max_projector_points]
-  shown_of = projector_points(projector_paths, cfg.load_size, cfg.eval_batch_size) if projector_paths else None
+  shown_of = (projector_points(projector_paths, settings.load_size, settings.eval_batch_size)
+              if projector_paths else None)
 
   def evaluate(predict, from_saved_model):
     """Retrieval on the held-out identities and verification of the pairs; the report is the ROC."""
-    dataset = (data_lib.make_uint8_dataset(eval_paths, cfg.load_size, cfg.eval_batch_size)
+    dataset = (data_lib.make_uint8_dataset(eval_paths, settings.load_size, settings.eval_batch_size)
                if from_saved_model else eval_dataset)
     results, roc, embeddings = metrics.evaluate(predict, dataset, eval_paths, eval_data)
     shown = shown_of(embeddings) if shown_of else None
@@ -322,8 +314,8 @@ def make_task(config, workdir, for_training=True):
   return task_lib.Task(
       name="triplet",
       train_dataset=data_lib.make_train_dataset(
-          identities, cfg.identities_per_batch, cfg.images_per_identity, cfg.load_size,
-          cfg.crop_size, cfg.normalization, config.seed, cfg.random_flip),
+          identities, settings.identities_per_batch, settings.images_per_identity, settings.load_size,
+          settings.crop_size, settings.normalization, config.seed, settings.random_flip),
       eval_dataset=eval_dataset,
       build_model=lambda: build_model(config, len(identities)),
       make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
@@ -334,14 +326,15 @@ def make_task(config, workdir, for_training=True):
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
-      export=lambda model, path: export_model(model, path, cfg, export_threshold(model, evaluate, workdir)),
-      describe=(f"{cfg.source} data, {cfg.identities_per_batch} identities x "
-                f"{cfg.images_per_identity} images, {cfg.crop_size}x{cfg.crop_size} crops, "
+      export=lambda model, path: export_model(model, path, settings,
+                                              export_threshold(model, evaluate, workdir)),
+      describe=(f"{settings.source} data, {settings.identities_per_batch} identities x "
+                f"{settings.images_per_identity} images, {settings.crop_size}x{settings.crop_size} crops, "
                 f"loss {config.loss.name}"),
       image_summaries_fn=triplet_images,
-      make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, cfg))
+      make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, settings))
       if softmax else None,
-      input_fingerprint=input_fingerprint(config, identities),
+      input_fingerprint=input_fingerprint(settings, identities),
       data_report=dict(data_lib.data_report(identities, eval_data),
                        **({metrics.VAL_AT_FAR: val_note} if val_note else {})),
       headline_metrics=("recall_at_1", "verification_accuracy", "train_accuracy"))
