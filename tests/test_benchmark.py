@@ -1,4 +1,5 @@
-"""Tests of scripts/benchmark.py, scripts/flops.py and the peer runner (no timed assertions)."""
+"""Tests of scripts/benchmark.py and its pieces, scripts/flops.py and the peer runner (no timed
+assertions)."""
 import json
 import math
 import sys
@@ -11,6 +12,9 @@ import tensorflow as tf
 
 import helpers
 from scripts import benchmark
+from scripts import benchmark_exports
+from scripts import benchmark_peers
+from scripts import benchmark_timing
 from scripts import flops
 from scripts import memory_estimate
 from scripts.peers import peer_runner
@@ -91,7 +95,7 @@ def test_peer_json_is_the_last_line(tmp_path):
 
 
 def test_skipped_peers_are_printed_as_skipped():
-  text = benchmark.format_peers({
+  text = benchmark_peers.format_peers({
       "inception_v4": {"skipped": "no peer venv at /x"},
       "segmentation": {"skipped": "no files"},
       "triplet": [{"loss": "semi_hard", "batch_size": 128,
@@ -131,8 +135,8 @@ def test_pil_generator_dataset_matches_our_batches(tmp_path):
     Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(image)
     Image.fromarray(np.full((20, 24), i, np.uint8)).save(mask)
     pairs.append((str(image), str(mask)))
-  dataset = benchmark.make_pil_generator_dataset(pairs, patch_size=8, patches_per_image=3,
-                                                 batch_size=4, shuffle_buffer=6, seed=0)
+  dataset = benchmark_peers.make_pil_generator_dataset(pairs, patch_size=8, patches_per_image=3,
+                                                       batch_size=4, shuffle_buffer=6, seed=0)
   images, labels = next(iter(dataset))
   assert images.shape == (4, 8, 8, 3) and images.dtype == tf.uint8
   assert labels.shape == (4, 8, 8) and labels.dtype == tf.int32
@@ -223,9 +227,9 @@ def test_config_overrides_and_triplet_batch():
 
 
 def test_exports_without_the_extra_are_one_skipped_line(monkeypatch):
-  monkeypatch.setitem(benchmark.export_lib.EXTRA, "onnx", ("a_runtime_not_installed",))
-  exports = benchmark.benchmark_exports(task=None, settings=None, workdir=None)
-  line = benchmark.format_exports(exports)
+  monkeypatch.setitem(benchmark_exports.export_lib.EXTRA, "onnx", ("a_runtime_not_installed",))
+  exports = benchmark_exports.benchmark_exports(task=None, settings=None, workdir=None)
+  line = benchmark_exports.format_exports(exports)
   assert line.startswith("exports: skipped (--format=onnx needs a_runtime_not_installed"), line
   assert "pip install -r requirements-export.txt" in line and "\n" not in line
 
@@ -235,10 +239,11 @@ def test_exports_rows_are_timed_in_each_runtime(tmp_path):
   pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed")
   config = benchmark.load_config("segmentation", "smoke", ["model.widths=(4, 8)"], batch_size=0)
   task = benchmark.make_task("segmentation", config, str(tmp_path / "run"))
-  exports = benchmark.benchmark_exports(task, benchmark.Settings(1, 1, 0, ()), str(tmp_path / "exports"))
-  assert [row["format"] for row in exports["rows"]] == [name for name, _, _ in benchmark.EXPORTS]
+  exports = benchmark_exports.benchmark_exports(task, benchmark_timing.Settings(1, 1, 0, ()),
+                                                str(tmp_path / "exports"))
+  assert [row["format"] for row in exports["rows"]] == [name for name, _, _ in benchmark_exports.EXPORTS]
   for row in exports["rows"]:
     _assert_positive_finite(row["format"] + " ms", row["one_image_ms"])
     _assert_positive_finite(row["format"] + " img/s", row["batch_images_per_s"])
-  text = benchmark.format_exports(exports)
+  text = benchmark_exports.format_exports(exports)
   assert f"batch {exports['batch_size']} img/s" in text and "LiteRT int8" in text, text
