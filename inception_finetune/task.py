@@ -17,8 +17,7 @@ from common.contract.errors import ConfigError
 from common.data import listing
 from common.nn import optimizers
 from common.training import plots
-from common.training import summaries
-from common.training import train_step
+from common.training import evaluation
 from inception_finetune import data as data_lib
 from inception_finetune import inception_v4
 from inception_finetune import losses
@@ -159,7 +158,7 @@ def make_batch_norm_calibration(config, new_dataset):
       return
     statistics = [v for layer in layers for v in (layer.moving_mean, layer.moving_variance)]
     calibrated = {id(v) for v in statistics}
-    kept = [(v, tf.identity(v)) for v in train_step.batch_norm_statistics(model)
+    kept = [(v, tf.identity(v)) for v in evaluation.batch_norm_statistics(model)
             if id(v) not in calibrated]
     momenta = [layer.momentum for layer in layers]
     key = (id(model), tuple(layer.trainable for layer in model.layers))
@@ -296,7 +295,7 @@ def make_task(config, workdir, for_training=True):
   data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, workdir, for_training)
 
   def evaluate(predict, from_saved_model):
-    sampler = summaries.EvalSampler(data.raw_eval if from_saved_model else data.eval, predict,
+    sampler = evaluation.EvalSampler(data.raw_eval if from_saved_model else data.eval, predict,
                                     config.summaries.max_outputs)
     result = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes)
     return task_lib.Evaluation(

@@ -16,7 +16,7 @@ from common.data import pipeline
 from common.data import tfrecords
 from common.nn import optimizers
 from common.training import plots
-from common.training import summaries
+from common.training import evaluation
 from segmentation import data as data_lib
 from segmentation import losses
 from segmentation import metrics
@@ -148,7 +148,7 @@ def make_task(config, workdir, for_training=True):
 
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
-    sampler = summaries.EvalSampler(data.eval, predict, max(config.summaries.max_outputs, REPORT_OVERLAYS))
+    sampler = evaluation.EvalSampler(data.eval, predict, max(config.summaries.max_outputs, REPORT_OVERLAYS))
     confusion = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes, settings.ignore_label)
     examples = sampler.examples
     return task_lib.Evaluation(

@@ -1,4 +1,6 @@
-"""tf.distribute on the trainers: two replicas (two logical CPUs) follow one device's loss trajectory.
+"""tf.distribute on the trainers: two replicas (two logical CPUs) follow one device's loss trajectory;
+and on one device, one step per compiled call and all of a phase's steps in one call train
+bit-identical weights (train.steps_per_loop=1 and =100).
 
 BatchNorm sees each replica's half of the batch unless model.sync_batch_norm, so
 the runs compare with it on; triplet mining spans both replicas
@@ -15,6 +17,7 @@ import pytest
 from helpers import run_python
 
 SCRIPT = textwrap.dedent("""
+    import hashlib
     import importlib
     import json
     import os
@@ -39,7 +42,8 @@ SCRIPT = textwrap.dedent("""
         phases = task.make_phases(model, False)
       train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
       losses = read_scalars(os.path.join(workdir, "train"), "loss")
-      return [losses[step] for step in sorted(losses)]
+      weights = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.weights)).hexdigest()
+      return {"losses": [losses[step] for step in sorted(losses)], "weights": weights}
 
     results = {}
     for name, (trainer, config_name, overrides, runs) in cases.items():
@@ -54,7 +58,14 @@ STEPS = 4
 # Every step's loss in the summaries; no evaluation, checkpoint or heavy summary before the end.
 QUIET = {"summaries.scalars_every": 1, "summaries.images_every": 1000,
          "summaries.histograms_every": 1000, "summaries.activation_stats": False}
-SAME = {"one": ["one", {}], "two": ["two", {}]}
+
+
+def runs(steps):
+  """One device a step per call, the same in one call of up to 100 steps (a loss scalar only at
+  the end, no call length from the speed), and two replicas."""
+  return {"one": ["one", {"train.steps_per_loop": 1}],
+          "one_call": ["one", {"summaries.scalars_every": steps, "train.seconds_per_loop": 0.0}],
+          "two": ["two", {}]}
 
 
 def cadence(steps):
@@ -64,10 +75,10 @@ def cadence(steps):
 
 CASES = {
     "segmentation": ["segmentation", "segmentation",
-                     dict(QUIET, **cadence(STEPS), **{"model.sync_batch_norm": True}), SAME],
+                     dict(QUIET, **cadence(STEPS), **{"model.sync_batch_norm": True}), runs(STEPS)],
     # Per-replica mining, the same two replicas otherwise, shows that the gathering matters.
     "triplet": ["triplet", "triplet", dict(QUIET, **cadence(STEPS), **{"model.sync_batch_norm": True}),
-                dict(SAME, two_per_replica_mining=["two", {"loss.cross_replica_mining": False}])],
+                dict(runs(STEPS), two_per_replica_mining=["two", {"loss.cross_replica_mining": False}])],
     # Inception V4 at 75x75 is slow on a CPU: three steps of the second phase only, with Mixed_7d
     # unfrozen (its BatchNorm on batch statistics, the frozen blocks' in inference mode). No
     # dropout: two replicas draw other masks than one device.
@@ -77,20 +88,23 @@ CASES = {
                       "finetune.unfreeze_last_blocks": 1, "model.dropout_rate": 0.0,
                       "model.hidden_dropout_rate": 0.0, "train.batch_size": 4,
                       "data.num_classes": 4, "data.synthetic_images_per_class": 6,
-                      "data.eval_batch_size": 8}), SAME],
+                      "data.eval_batch_size": 8}), runs(3)],
 }
 
 
 @pytest.mark.slow
-def test_two_replicas_follow_one_device_in_every_trainer(tmp_path):
+def test_two_replicas_follow_one_device_and_calls_of_any_length_train_the_same_weights(tmp_path):
   result = run_python(["-c", SCRIPT, str(tmp_path), json.dumps(CASES)], timeout=1200)
   lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
   assert lines, result.stderr[-3000:]
   results = json.loads(lines[0][len("RESULT "):])
-  for name, runs in results.items():
-    assert len(runs["one"]) == CASES[name][2]["train.num_steps"], (name, runs)
+  for name, trained in results.items():
+    one = trained["one"]["losses"]
+    assert len(one) == CASES[name][2]["train.num_steps"], (name, trained)
+    assert trained["one_call"]["losses"] == one[-1:], (name, trained)
+    assert trained["one_call"]["weights"] == trained["one"]["weights"], name
     # Sums in another order: up to ~1e-4 apart after four steps on the textured synthetic scenes.
-    np.testing.assert_allclose(runs["two"], runs["one"], rtol=3e-4, err_msg=name)
+    np.testing.assert_allclose(trained["two"]["losses"], one, rtol=3e-4, err_msg=name)
   # The comparison can fail: mining within each replica's half is another loss from the first step.
-  per_replica = results["triplet"]["two_per_replica_mining"]
-  assert abs(per_replica[0] - results["triplet"]["one"][0]) > 1e-3, per_replica
+  per_replica = results["triplet"]["two_per_replica_mining"]["losses"]
+  assert abs(per_replica[0] - results["triplet"]["one"]["losses"][0]) > 1e-3, per_replica

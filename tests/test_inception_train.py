@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.training import train_step
+from common.training import evaluation as evaluation_lib
 from common.contract.errors import DataError
 from configs import inception_v4 as config_lib
 import helpers
@@ -222,10 +222,10 @@ def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_laye
   assert fresh and {layer.name.split(".")[0] for layer in fresh} == {"Mixed_7d"}
   images = tf.random.stateless_normal([32, 75, 75, 3], [1, 2])
   dataset = tf.data.Dataset.from_tensor_slices((images, tf.zeros([32], tf.int32))).batch(8).repeat()
-  before = {v.path: v.numpy() for v in train_step.batch_norm_statistics(model)}
+  before = {v.path: v.numpy() for v in evaluation_lib.batch_norm_statistics(model)}
   task_lib.make_batch_norm_calibration(config, lambda: dataset)(model)
   fresh_paths = {v.path for layer in fresh for v in (layer.moving_mean, layer.moving_variance)}
-  for variable in train_step.batch_norm_statistics(model):
+  for variable in evaluation_lib.batch_norm_statistics(model):
     if variable.path not in fresh_paths:  # restored Mixed_7c (trainable) and the frozen base
       np.testing.assert_array_equal(variable.numpy(), before[variable.path], err_msg=variable.path)
   assert all(layer.momentum == config.model.batch_norm_decay for layer in fresh)

@@ -7,6 +7,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
+from common.training import FOR_TRAINERS
 from helpers import REPO_ROOT
 from helpers import run_python
 
@@ -21,9 +22,9 @@ PACKAGES = ("common", "configs", "scripts") + tuple(TRAINERS)
 SHARED_FILES = ("task.py", "data.py", "train.py", "evaluate.py", "metrics.py")
 
 
-# common/'s layers from the bottom: a package imports only packages of lower rank (and itself);
-# data/ and nn/ share a rank and do not import each other.
-LAYERS = {"contract": 0, "runtime": 1, "data": 2, "nn": 2, "training": 3, "app": 4}
+# common/'s floors from the bottom: a package imports only packages of lower rank (and itself);
+# the engine's training/ and the toolkit's data/ and nn/ share a rank and import none of each other.
+LAYERS = {"contract": 0, "runtime": 1, "data": 2, "nn": 2, "training": 2, "app": 3}
 
 
 def project_modules(root=REPO_ROOT):
@@ -39,30 +40,38 @@ def project_modules(root=REPO_ROOT):
   return modules
 
 
-def imports_of(path, modules):
-  """[(imported project module, line, whether the import is inside a function or class)]."""
+def imports_of(module, path, modules):
+  """[(imported project module, line, whether the import is inside a function or class)] of
+  `module` (its file `path`): every project module each import names, relative imports resolved
+  (`from . import x` in a.b.c names a.b.x)."""
   tree = ast.parse(open(path).read(), path)
   nested = {id(node) for parent in ast.walk(tree)
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
             for node in ast.walk(parent) if node is not parent}
+  package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
   found = []
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       names = [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module
+      if node.level:
+        base = ".".join(package[:len(package) + 1 - node.level] + ([node.module] if node.module else []))
+      # `from a import b`: the module a.b if there is one, else a (b is a name in it).
+      names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
     else:
       continue
-    for name in names:
-      if name in modules:
+    for name in dict.fromkeys(names):
+      while name and name not in modules:  # `import a.b.c`, c a name in a.b: the module a.b
+        name = name.rpartition(".")[0]
+      if name:
         found.append((name, node.lineno, id(node) in nested))
-        break
   return found
 
 
 def import_graph(root=REPO_ROOT):
   modules = project_modules(root)
-  return {name: imports_of(path, modules) for name, path in modules.items()}
+  return {name: imports_of(name, path, modules) for name, path in modules.items()}
 
 
 def layer_violations(root=REPO_ROOT):
@@ -89,15 +98,28 @@ def test_common_imports_only_the_layers_below():
 
 
 def test_an_import_against_the_layer_order_is_caught(tmp_path):
-  """The check itself: an import planted in a copy of common/ (the contract reaching up into the loop)."""
+  """The check itself: imports planted in a copy of common/ (the contract reaching up into the
+  loop, the app and the data), one of them relative and one the second name of its import."""
   shutil.copytree(os.path.join(REPO_ROOT, "common"), tmp_path / "common",
                   ignore=shutil.ignore_patterns("__pycache__"))
   errors = tmp_path / "common" / "contract" / "errors.py"
-  errors.write_text(errors.read_text() + "\nfrom common.training import train_loop\n")
-  line = len(errors.read_text().splitlines())
+  lines = len(errors.read_text().splitlines())
+  errors.write_text(errors.read_text() + "\nfrom common.training import train_loop\n"
+                    "from ..app import cli\nimport json, common.data.npy\n")
   assert layer_violations(str(tmp_path)) == [
-      f"common.contract.errors line {line} imports common.training.train_loop: common/contract/ "
-      "imports only the layers below it"]
+      f"common.contract.errors line {line} imports {module}: common/contract/ imports only the "
+      "layers below it"
+      for line, module in ((lines + 2, "common.training.train_loop"), (lines + 3, "common.app.cli"),
+                           (lines + 4, "common.data.npy"))]
+
+
+def test_trainers_use_only_what_the_training_package_exports_for_them():
+  problems = [f"{module} line {line} imports {imported}: a trainer uses common.training's "
+              f"{', '.join(FOR_TRAINERS)} (the rest is the engine's, reached through common.app)"
+              for module, imports in import_graph().items() if module.split(".")[0] in TRAINERS
+              for imported, line, _ in imports
+              if imported.startswith("common.training") and imported.split(".")[-1] not in FOR_TRAINERS]
+  assert not problems, "\n".join(problems)
 
 
 def test_no_lazy_imports_and_no_trainer_imports_another():

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
+from common.training import evaluation
 from common.training import plots
 from common.training import summaries
 import helpers
@@ -146,7 +147,7 @@ def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
     calls.append(len(batch))
     return tf.one_hot(tf.ones([len(batch)], tf.int32), 3)
 
-  sampler = summaries.EvalSampler(dataset, predict, 3)
+  sampler = evaluation.EvalSampler(dataset, predict, 3)
   result = inception_metrics.evaluate(sampler.predict, sampler.batches(), 3)
   assert calls == [2, 2, 1] and result.top1 == pytest.approx(2 / 5)  # no extra forward pass
   shown = inception_task.evaluation_summaries(sampler, result.confusion, ["cat", "dog", "owl"])

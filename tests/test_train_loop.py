@@ -18,6 +18,7 @@ from common.nn import optimizers
 from common.runtime import signals
 from common.app import startup
 from common.contract import task as task_lib
+from common.training import actions
 from common.training import train_loop
 from common.contract.errors import TrainingDiverged
 from common.contract.errors import ConfigError
@@ -285,6 +286,26 @@ def test_an_evaluation_loss_far_above_the_training_loss_is_a_warning_naming_caus
   assert diagnostics.eval_loss_warning(float("nan"), 0.5)
   assert not diagnostics.eval_loss_warning(25.0, 0.01)  # over-fitting: a floor of 1 for the ratio
   assert not diagnostics.eval_loss_warning(1e8, None)  # no training loss logged yet
+
+
+def test_calls_end_where_the_nearest_action_is_due_and_only_due_actions_run():
+  """The schedule alone: cadences 4 and 6, a named step 9, calls of at most 5 steps, a phase to 14;
+  an action with no cadence runs after every call."""
+  ran = []
+  schedule = [actions.Action(lambda call: ran.append(("each", call.step))),
+              actions.Action(lambda call: ran.append(("4|6", call.step)), every=(4, 6)),
+              actions.Action(lambda call: ran.append(("at 9", call.step)), at=(9,))]
+  step, ends = 0, []
+  while step < 14:
+    step = actions.next_end(schedule, step, 5, 14)
+    ends.append(step)
+    actions.run_due(schedule, actions.Call(step, [], (), {}))
+  assert ends == [4, 6, 8, 9, 12, 14]
+  assert [name for name, at in ran if name != "each"] == ["4|6", "4|6", "4|6", "at 9", "4|6"]
+  assert [at for name, at in ran if name == "4|6"] == [4, 6, 8, 12]
+  assert [at for name, at in ran if name == "each"] == ends
+  assert actions.next_end(schedule, 14, 5, 100) == 16  # the cadence 4 first; 9 is behind
+  assert actions.next_end(schedule, 0, 2, 100) == 2  # the call length first
 
 
 # Several steps in one compiled call (train.steps_per_loop): nothing the loop promises changes.

@@ -1,2 +1,7 @@
-"""The training loop and what it runs: the compiled step, the run's state, checkpoints, distribution,
-summaries, diagnostics, plots. Imports the packages below it (contract, runtime, data, nn)."""
+"""The training loop and what it runs: the compiled step, the actions between its calls, the run's
+state, checkpoints, distribution, summaries, diagnostics, plots. Imports contract and runtime.
+
+A trainer uses the modules in FOR_TRAINERS (what its evaluation draws and plots with, a run's
+checkpoints read back); the rest is the engine's own, reached through common.app
+(tests/test_layout.py checks it)."""
+FOR_TRAINERS = ("checkpoints", "evaluation", "plots", "summaries")

@@ -1,8 +1,10 @@
 """Scoring a model: its current weights during training, the newest checkpoint of a run, or a
-SavedModel, through the trainer's Task.evaluate."""
+SavedModel, through the trainer's Task.evaluate; what a trainer's evaluation uses of the engine
+(EvalSampler, batch_norm_statistics)."""
 import os
 
 from absl import logging
+import numpy as np
 
 from common.runtime import run_log
 from common.runtime import signals
@@ -51,3 +53,39 @@ def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
   if report_dir:
     evaluation.write(report_dir)
   return evaluation
+
+
+def batch_norm_statistics(model):
+  """The BatchNorm moving statistics, which a training forward pass assigns."""
+  return [v for v in model.non_trainable_variables
+          if v.path.endswith(("moving_mean", "moving_variance"))]
+
+
+class EvalSampler:
+  """Watches one evaluation pass: the first `count` examples with the model's outputs for them, and
+  every batch's targets and outputs to on_batch, without another forward pass.
+
+  Give the evaluation batches() as its dataset of (inputs, targets) and predict as its predict
+  function: it calls predict on the inputs of each batch it has just read.
+  """
+
+  def __init__(self, dataset, predict, count, on_batch=None):
+    self.examples = []  # [(input, target, output)] as numpy arrays
+    self._dataset = dataset
+    self._predict = predict
+    self._count = count
+    self._on_batch = on_batch
+    self._targets = None
+
+  def batches(self):
+    for inputs, targets in self._dataset:
+      self._targets = targets
+      yield inputs, targets
+
+  def predict(self, inputs):
+    outputs = self._predict(inputs)
+    if self._on_batch:
+      self._on_batch(self._targets, outputs)
+    for i in range(min(len(inputs), self._count - len(self.examples))):
+      self.examples.append((np.asarray(inputs[i]), np.asarray(self._targets[i]), np.asarray(outputs[i])))
+    return outputs

@@ -7,10 +7,11 @@ histograms are opt-in, one summary estimated above max_summary_bytes is refused
 with a warning, and the bytes on disk are counted. RunSummaries writes a training
 run's: scalars on every worker, the rest on the chief alone.
 
-Each evaluation can add a few images drawn from what it predicted (EvalSampler
-keeps them as the evaluation passes by), and each run its resolved config as
-text and its hyperparameters for TensorBoard's HParams plugin. An evaluation of embeddings can
-put them in TensorBoard's Projector (write_embeddings).
+Each evaluation can add a few images drawn from what it predicted
+(common.training.evaluation.EvalSampler keeps them as the evaluation passes by),
+and each run its resolved config as text and its hyperparameters for TensorBoard's
+HParams plugin. An evaluation of embeddings can put them in TensorBoard's Projector
+(write_embeddings).
 """
 import io
 import json
@@ -26,6 +27,7 @@ from tensorboard.plugins import projector
 from tensorboard.plugins.hparams import api as hp
 
 from common.training import diagnostics
+from common.training.actions import Action
 from common.training import plots
 
 # A histogram summary stores its buckets, not the tensor: 30 buckets of 3 doubles plus framing.
@@ -58,28 +60,6 @@ class SummaryBudget:
     if self._file_writer is None:
       self._file_writer = tf.summary.create_file_writer(self.logdir)
     return self._file_writer
-
-  def cadences(self, with_images):
-    """The step intervals of the summaries that are on (images only where there are some)."""
-    everys = [self.cfg.scalars_every]
-    if with_images and self.cfg.max_outputs > 0:
-      everys.append(self.cfg.images_every)
-    if self._histograms_wanted():
-      everys.append(self.cfg.histograms_every)
-    return everys
-
-  def _histograms_wanted(self):
-    return self.cfg.histograms or self.cfg.bias_histograms or self.cfg.activation_histograms
-
-  def scalars_due(self, step):
-    return step % self.cfg.scalars_every == 0
-
-  def images_due(self, step, evaluating=False):
-    """At images_every, and at each evaluation (so that a run shorter than images_every has some)."""
-    return self.cfg.max_outputs > 0 and (evaluating or step % self.cfg.images_every == 0)
-
-  def histograms_due(self, step):
-    return self._histograms_wanted() and step % self.cfg.histograms_every == 0
 
   def write_scalars(self, step, values):
     with self._writer.as_default(step=step):
@@ -205,10 +185,6 @@ class RunSummaries:
     self._probe = None
     self._activation_statistics = None
 
-  def cadences(self):
-    """The step intervals of the training summaries that are on."""
-    return self.train.cadences(with_images=self._image_summaries_fn is not None)
-
   def write_config(self, step, config):
     """The resolved config as text, on disk at once (even if the run is stopped before it closes
     the writer)."""
@@ -233,25 +209,41 @@ class RunSummaries:
     scalars["summary_bytes"] = float(self.train.bytes_written())
     self.train.write_scalars(step, scalars)
 
-  def write_heavy(self, step, batch, evaluating):
-    """Images, histograms and activation statistics of a training batch: each only at its cadence
-    (images also when evaluating), never in the step."""
-    if not self._chief:
-      return
-    cfg, budget = self._cfg, self.train
-    if self._image_summaries_fn and budget.images_due(step, evaluating):
-      budget.write_images(step, self._image_summaries_fn(self._model, batch, cfg.max_outputs))
-    if cfg.activation_stats and budget.scalars_due(step):
-      stats = self._statistics_fn()(batch[0])
-      budget.write_scalars(step, {f"activations/{name}/{kind}": value
-                                  for name, (mean, var) in stats.items()
-                                  for kind, value in (("mean", mean), ("variance", var))})
-    if budget.histograms_due(step):
+  def heavy_actions(self, eval_every, run_end):
+    """The actions (common.training.actions) that write the heavy summaries of training batches
+    that are on, on the chief alone, each at its cadence and never in the step: images (also at
+    each evaluation, `eval_every`, and at the run's end, so that every run has some), activation
+    statistics, histograms. Every worker gets the same cadences: calls end alike on all of them."""
+    cfg = self._cfg
+    actions = []
+    if self._image_summaries_fn and cfg.max_outputs > 0:
+      actions.append(Action(self._write_images, every=(cfg.images_every, eval_every), at=(run_end,)))
+    if cfg.activation_stats:
+      actions.append(Action(self._write_activation_statistics, every=(cfg.scalars_every,)))
+    if cfg.histograms or cfg.bias_histograms or cfg.activation_histograms:
+      actions.append(Action(self._write_histograms, every=(cfg.histograms_every,)))
+    return actions
+
+  def _write_images(self, call):
+    if self._chief:
+      images = self._image_summaries_fn(self._model, call.batch, self._cfg.max_outputs)
+      self.train.write_images(call.step, images)
+
+  def _write_activation_statistics(self, call):
+    if self._chief:
+      stats = self._statistics_fn()(call.batch[0])
+      self.train.write_scalars(call.step, {f"activations/{name}/{kind}": value
+                                           for name, (mean, var) in stats.items()
+                                           for kind, value in (("mean", mean), ("variance", var))})
+
+  def _write_histograms(self, call):
+    if self._chief:
+      cfg = self._cfg
       tensors = select_histogram_variables(self._model.variables, cfg.histograms, cfg.bias_histograms)
       if cfg.activation_histograms:
-        outputs = self._probe_fn()(batch[0], training=False)
+        outputs = self._probe_fn()(call.batch[0], training=False)
         tensors.update({f"activations/{name}": value for name, value in outputs.items()})
-      budget.write_histograms(step, tensors)
+      self.train.write_histograms(call.step, tensors)
 
   def _probe_fn(self):
     if self._probe is None:
@@ -336,36 +328,6 @@ def _flat_values(tree, prefix=""):
     elif isinstance(value, (list, tuple)):
       values[name] = str(tuple(value))
   return values
-
-
-class EvalSampler:
-  """Watches one evaluation pass: the first `count` examples with the model's outputs for them, and
-  every batch's targets and outputs to on_batch, without another forward pass.
-
-  Give the evaluation batches() as its dataset of (inputs, targets) and predict as its predict
-  function: it calls predict on the inputs of each batch it has just read.
-  """
-
-  def __init__(self, dataset, predict, count, on_batch=None):
-    self.examples = []  # [(input, target, output)] as numpy arrays
-    self._dataset = dataset
-    self._predict = predict
-    self._count = count
-    self._on_batch = on_batch
-    self._targets = None
-
-  def batches(self):
-    for inputs, targets in self._dataset:
-      self._targets = targets
-      yield inputs, targets
-
-  def predict(self, inputs):
-    outputs = self._predict(inputs)
-    if self._on_batch:
-      self._on_batch(self._targets, outputs)
-    for i in range(min(len(inputs), self._count - len(self.examples))):
-      self.examples.append((np.asarray(inputs[i]), np.asarray(self._targets[i]), np.asarray(outputs[i])))
-    return outputs
 
 
 def _png_bytes(image):

@@ -2,18 +2,19 @@
 
 It runs a run's phases in compiled calls of steps (the step itself, with loss
 scaling, clipping and the non-finite guard, is common.training.train_step) and,
-between calls, the progress lines, summaries, checkpoints, evaluations,
-metrics.json and SIGTERM/SIGINT. The run's state is in small parts, each
-handed to the helpers that use it: the Cluster (common.training.distributed:
-workers, chief, where this process writes, the stop flag), RunCheckpoint and
-RunRecord (common.training.run_state: what a checkpoint holds, what
-metrics.json records) and RunSummaries (common.training.summaries).
+after each call, the actions that are due (common.training.actions): the
+progress line, train scalars, heavy summaries, checkpoint, evaluation, and the
+signal check (SIGTERM/SIGINT). Each action carries its cadence, and a call ends
+at the nearest step where one is due, so that all of them (and signals) fall on
+call boundaries. A run's parts are made once (_start_run): the Cluster
+(common.training.distributed: workers, chief, where this process writes, the
+stop flag), RunCheckpoint and RunRecord (common.training.run_state: what a
+checkpoint holds, what metrics.json records) and RunSummaries
+(common.training.summaries).
 
 Up to `train.steps_per_loop` steps run inside one compiled call, which reads
 its batches from the plain, checkpointable input iterator and hands back every
-step's metrics at once: the host syncs once per call, not once per step. A call
-ends at the next log line, summary, checkpoint, evaluation or phase end, so
-that all of those (and signals) fall on call boundaries.
+step's metrics at once: the host syncs once per call, not once per step.
 
 A step whose loss or gradients are not finite changes no weight (train_step);
 the loop counts such steps, and stops the run at that step with a report after
@@ -21,16 +22,21 @@ the loop counts such steps, and stops the run at that step with a report after
 """
 import os
 import time
+from typing import Callable, NamedTuple
 
 from absl import logging
+import keras
+import ml_collections
 import tensorflow as tf
 
 from common.contract.errors import DataError
 from common.contract.errors import TrainingDiverged
+from common.contract.task import Task
 from common.runtime import hardware
 from common.runtime import run_log
 from common.runtime import signals as signals_lib
 from common.runtime import workdir as workdir_lib
+from common.training import actions as actions_lib
 from common.training import checkpoints as checkpoints_lib
 from common.training import diagnostics
 from common.training import distributed
@@ -38,6 +44,7 @@ from common.training import evaluation as evaluation_lib
 from common.training import run_state
 from common.training import summaries as summaries_lib
 from common.training import train_step as train_step_lib
+from common.training.actions import Action
 
 
 def make_train_loop(train_step, iterator, cluster, step, max_consecutive):
@@ -89,9 +96,18 @@ def make_train_loop(train_step, iterator, cluster, step, max_consecutive):
   return loop, names
 
 
-def _format_seconds(seconds):
-  seconds = int(seconds)
-  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+class _Run(NamedTuple):
+  """The parts of one run, made once (_start_run)."""
+  config: ml_collections.ConfigDict
+  model: keras.Model
+  task: Task
+  cluster: distributed.Cluster
+  checkpoint: run_state.RunCheckpoint
+  summaries: summaries_lib.RunSummaries
+  record: run_state.RunRecord
+  evaluate_fn: Callable
+  start_step: int  # where this run (re)started
+  total_steps: int
 
 
 def train(config, workdir, *, strategy, model, phases, task, command_line=None):
@@ -115,61 +131,121 @@ def train(config, workdir, *, strategy, model, phases, task, command_line=None):
   """
   with signals_lib.recording(), distributed.chief_path(workdir, strategy) as out, \
       workdir_lib.locked(out, retryable=hardware.num_workers(strategy) > 1):
-    checkpoints = checkpoints_lib.checkpoint_dir(out)
-    workdir_lib.check_writable(out, checkpoints)
-    workdir_lib.remove_leftovers(checkpoints)
-    cluster = distributed.Cluster(strategy, workdir, out, config.train.batch_size)
-    evaluate_fn = evaluation_lib.make_evaluate_fn(task, model)
-    best = checkpoints_lib.BestWeights(model, cluster, config.train.best_metric, config.train.best_mode)
-    run_state.build_optimizers(model, phases, strategy)
-    checkpoint = run_state.RunCheckpoint(cluster, model, phases, task.train_dataset,
-                                         task.input_fingerprint, config.train.keep_checkpoints)
-    summaries = summaries_lib.RunSummaries(out, config.summaries, cluster.chief, model,
-                                           task.image_summaries_fn)
-    record = run_state.RunRecord(cluster, checkpoint, task.data_report, best, summaries)
-    checkpoint.restore(config.train.reset_input_pipeline)
-    start_step = int(checkpoint.step)
-    signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
-                      f"the same command again to {'resume' if start_step else 'start'}")
-    workdir_lib.write_run_config(config, out, task.run_files)
-    if cluster.chief:
-      run_log.keep_in(os.path.join(out, "train.log"))
-    summaries.write_config(start_step, config)
-    total_steps = sum(p.num_steps for p in phases)
-    start_time = time.time()
-    consecutive = 0  # non-finite steps in a row, across phases
-    exit_on_stall = config.train.on_stall == "exit" or (config.train.on_stall == "auto" and cluster.workers > 1)
+    run = _start_run(config, distributed.Cluster(strategy, workdir, out, config.train.batch_size),
+                     model, phases, task)
+    started = time.time()
+    exit_on_stall = _exit_on_stall(config.train, run.cluster)
     with diagnostics.Watchdog(config.train.stall_timeout_s, exit_on_stall) as watchdog:
-      phase_end = 0
+      consecutive, phase_end = 0, 0  # non-finite steps in a row, across phases
       for phase in phases:
         phase_end += phase.num_steps
-        if int(checkpoint.step) < phase_end:
-          consecutive = _train_phase(config, phase, phase_end, total_steps, model, task.loss_fn,
-                                     evaluate_fn, watchdog, cluster, checkpoint, record, summaries,
-                                     consecutive)
-      if not checkpoint.latest() or int(checkpoint.step) > start_step:
-        checkpoint.save()
-      if record.evaluation_step != int(checkpoint.step):
-        watchdog.pause()  # the final evaluation is no stall either
-        _evaluate(evaluate_fn, checkpoint, record, summaries)
-      _honour_signal(cluster, checkpoint, record)
-    results = record.write(time.time() - start_time, int(checkpoint.step) - start_step)
-    # The final evaluation's metrics are the last values of eval/'s scalars.
-    summaries.write_hparams(config, list(record.evaluation.metrics), task.headline_metrics, command_line,
-                            trial_id=workdir)
-    summaries.close()
-    best.load_into_model()
-    record.write_report()
-    return results
+        if int(run.checkpoint.step) < phase_end:
+          consecutive = _train_phase(run, phase, phase_end, watchdog, consecutive)
+      _end_training(run, watchdog)
+    return _close_run(run, time.time() - started, command_line, trial_id=workdir)
 
 
-def _next_boundary(train_cfg, summaries, step, phase_end, max_steps):
-  """The step at which the compiled call starting after `step` ends: the nearest of the phase end,
-  max_steps on, and the next step due for a log line, summary, checkpoint or evaluation."""
-  cadences = [train_cfg.log_every, train_cfg.checkpoint_every, train_cfg.eval_every,
-              *summaries.cadences()]
-  due = min((step // every + 1) * every for every in cadences)
-  return min(phase_end, step + max_steps, due)
+def _start_run(config, cluster, model, phases, task):
+  """Makes the run's parts, resumes from the newest checkpoint, and writes the run's config into
+  the cluster's `out`."""
+  checkpoints = checkpoints_lib.checkpoint_dir(cluster.out)
+  workdir_lib.check_writable(cluster.out, checkpoints)
+  workdir_lib.remove_leftovers(checkpoints)
+  evaluate_fn = evaluation_lib.make_evaluate_fn(task, model)
+  best = checkpoints_lib.BestWeights(model, cluster, config.train.best_metric, config.train.best_mode)
+  run_state.build_optimizers(model, phases, cluster.strategy)
+  checkpoint = run_state.RunCheckpoint(cluster, model, phases, task.train_dataset, task.input_fingerprint,
+                                       config.train.keep_checkpoints)
+  summaries = summaries_lib.RunSummaries(cluster.out, config.summaries, cluster.chief, model,
+                                         task.image_summaries_fn)
+  record = run_state.RunRecord(cluster, checkpoint, task.data_report, best, summaries)
+  checkpoint.restore(config.train.reset_input_pipeline)
+  start_step = int(checkpoint.step)
+  signals_lib.check(f"before training started (step {start_step}), no checkpoint written: run "
+                    f"the same command again to {'resume' if start_step else 'start'}")
+  workdir_lib.write_run_config(config, cluster.out, task.run_files)
+  if cluster.chief:
+    run_log.keep_in(os.path.join(cluster.out, "train.log"))
+  summaries.write_config(start_step, config)
+  return _Run(config, model, task, cluster, checkpoint, summaries, record, evaluate_fn, start_step,
+              total_steps=sum(phase.num_steps for phase in phases))
+
+
+def _exit_on_stall(train_cfg, cluster):
+  """Whether a stall ends the process (train.on_stall; auto: with several workers)."""
+  return train_cfg.on_stall == "exit" or (train_cfg.on_stall == "auto" and cluster.workers > 1)
+
+
+def _train_phase(run, phase, phase_end, watchdog, consecutive):
+  """Trains `phase` up to step phase_end: a compiled call, then each action that is due, until the
+  phase's end. Returns the count of non-finite steps in a row at its end (`consecutive` at its
+  start)."""
+  if phase.prepare:
+    phase.prepare()
+  logging.info("phase '%s': steps %d to %d, %d trainable variables, up to %d steps per compiled call",
+               phase.name, phase_end - phase.num_steps, phase_end, len(run.model.trainable_variables),
+               run.config.train.steps_per_loop)
+  calls = _CompiledCalls(run, phase, consecutive)
+  actions = _actions(run, phase, phase_end, watchdog)
+  step = calls.step
+  while step < phase_end:
+    call = calls.run(actions_lib.next_end(actions, step, calls.next_length(), phase_end))
+    step = call.step
+    watchdog.beat(step)
+    actions_lib.run_due(actions, call)
+  return calls.consecutive
+
+
+def _actions(run, phase, phase_end, watchdog):
+  """What runs after the phase's compiled calls, in this order, each at its cadence
+  (common.training.actions); a copier adds to this list."""
+  train_cfg, checkpoint, summaries = run.config.train, run.checkpoint, run.summaries
+  progress = actions_lib.Progress(phase, run.model.trainable_variables, run.total_steps, run.record,
+                                  summaries, train_cfg.stall_update_ratio)
+
+  def write_train_scalars(call):
+    summaries.write_train_scalars(call.step, call.metrics[-1], actions_lib.learning_rate(phase.optimizer),
+                                  float(checkpoint.nonfinite_steps))
+
+  def evaluate(call):
+    watchdog.pause()  # an evaluation is no stall, however long
+    _evaluate(run)
+    watchdog.beat(call.step)
+
+  return [
+      Action(progress.add),
+      Action(progress.log, every=(train_cfg.log_every,), at=(phase_end,)),
+      Action(write_train_scalars, every=(run.config.summaries.scalars_every,)),
+      *summaries.heavy_actions(train_cfg.eval_every, run.total_steps),
+      # Before each evaluation too, so that a failing or interrupted one loses no step.
+      Action(lambda call: checkpoint.save(), every=(train_cfg.checkpoint_every, train_cfg.eval_every)),
+      Action(evaluate, every=(train_cfg.eval_every,)),
+      Action(lambda call: _honour_signal(run, call.agreed)),
+  ]
+
+
+def _end_training(run, watchdog):
+  """Saves the last step and evaluates it, unless that was done, then honours a signal."""
+  checkpoint = run.checkpoint
+  if not checkpoint.latest() or int(checkpoint.step) > run.start_step:
+    checkpoint.save()
+  if run.record.evaluation_step != int(checkpoint.step):
+    watchdog.pause()  # the final evaluation is no stall either
+    _evaluate(run)
+  _honour_signal(run)
+
+
+def _close_run(run, wall_time_s, command_line, trial_id):
+  """Writes the final metrics.json, HParams and report, leaves the model with the best weights
+  (if kept) and returns the final metrics."""
+  results = run.record.write(wall_time_s, int(run.checkpoint.step) - run.start_step)
+  # The final evaluation's metrics are the last values of eval/'s scalars.
+  run.summaries.write_hparams(run.config, list(run.record.evaluation.metrics), run.task.headline_metrics,
+                              command_line, trial_id=trial_id)
+  run.summaries.close()
+  run.record.best.load_into_model()
+  run.record.write_report()
+  return results
 
 
 def _call_length(train_cfg, seconds_per_step):
@@ -184,99 +260,92 @@ def _call_length(train_cfg, seconds_per_step):
   return max(1, min(train_cfg.steps_per_loop, int(train_cfg.seconds_per_loop / seconds_per_step)))
 
 
-def _train_phase(config, phase, phase_end, total_steps, model, loss_fn, evaluate_fn, watchdog,
-                 cluster, checkpoint, record, summaries, consecutive):
-  """Trains `phase` up to step phase_end, call by call; returns the count of non-finite steps in
-  a row at its end (`consecutive` at its start)."""
-  train_cfg = config.train
-  if phase.prepare:
-    phase.prepare()
-  logging.info("phase '%s': steps %d to %d, %d trainable variables, up to %d steps per compiled call",
-               phase.name, phase_end - phase.num_steps, phase_end, len(model.trainable_variables),
-               train_cfg.steps_per_loop)
-  train_step = train_step_lib.make_train_step(model, phase.optimizer, loss_fn, cluster.strategy,
-                                              config.optimizer.clipnorm, train_cfg.jit_compile)
-  loop, names = make_train_loop(train_step, checkpoint.iterator, cluster, checkpoint.step,
-                                train_cfg.max_consecutive_nonfinite)
-  sample_weights = diagnostics.make_weight_sampler(model.trainable_variables)
-  window = _Window(sample_weights)
-  step = int(checkpoint.step)
-  seconds_per_step, traced, out = None, False, None
-  while step < phase_end:
-    first, started = step, time.monotonic()
+class _CompiledCalls:
+  """A phase's compiled calls (make_train_loop), and what each call's results say before any
+  action runs: the skipped non-finite steps (counted, each named; too many in a row stop the run)
+  and the speed that sets the next call's length."""
+
+  def __init__(self, run, phase, consecutive):
+    train_cfg = run.config.train
+    train_step = train_step_lib.make_train_step(run.model, phase.optimizer, run.task.loss_fn,
+                                                run.cluster.strategy, run.config.optimizer.clipnorm,
+                                                train_cfg.jit_compile)
+    self._loop, self._names = make_train_loop(train_step, run.checkpoint.iterator, run.cluster,
+                                              run.checkpoint.step, train_cfg.max_consecutive_nonfinite)
+    self._run = run
+    self.step = int(run.checkpoint.step)
+    self.consecutive = consecutive
+    self._seconds_per_step = None  # unknown until a call after the first (which traces)
+    self._traced = False
+    self._proposal = None
+    self._agreed = None  # what the workers agreed in the last call
+
+  def next_length(self):
+    """The next call's length (agreed with the other workers); raises this worker's stop flag
+    first if it was signalled, so that the call tells them."""
+    cluster = self._run.cluster
     cluster.flag_signal()
-    proposal = _call_length(train_cfg, seconds_per_step)
-    length = cluster.call_length(proposal, out)
+    self._proposal = _call_length(self._run.config.train, self._seconds_per_step)
+    return cluster.call_length(self._proposal, self._agreed)
+
+  def run(self, end):
+    """Runs the steps up to `end` in one compiled call (fewer if it stops at non-finite steps);
+    returns the actions' Call."""
+    first, started = self.step, time.monotonic()
     try:
-      out = loop(tf.constant(_next_boundary(train_cfg, summaries, step, phase_end, length) - step,
-                             tf.int32),
-                 tf.constant(consecutive, tf.int32), tf.constant(proposal, tf.int32))
+      out = self._loop(tf.constant(end - first, tf.int32), tf.constant(self.consecutive, tf.int32),
+                       tf.constant(self._proposal, tf.int32))
     except tf.errors.OutOfRangeError:
-      raise DataError(f"the training dataset ended at step {int(checkpoint.step)}; it must repeat "
-                      "(.repeat())") from None
+      raise DataError(f"the training dataset ended at step {int(self._run.checkpoint.step)}; it must "
+                      "repeat (.repeat())") from None
     rows = out["metrics"].numpy()  # the one read of the call's metrics
-    step = first + len(rows)
-    if traced:  # the first call's time is mostly tracing
-      seconds_per_step = (time.monotonic() - started) / len(rows)
-    traced = True
-    watchdog.beat(step)
+    self.step = first + len(rows)
+    if self._traced:  # the first call's time is mostly tracing
+      self._seconds_per_step = (time.monotonic() - started) / len(rows)
+    self._traced = True
+    self._agreed = {name: out[name] for name in ("stop", "next_length") if name in out}
     batch = out["last_batch"]
-    cluster.log_input_once(step - 1, batch)
-    metrics = [dict(zip(names, map(float, row))) for row in rows]
-    for values in metrics:
-      window.add(values)
+    self._run.cluster.log_input_once(self.step - 1, batch)
+    metrics = [dict(zip(self._names, map(float, row))) for row in rows]
+    self._count_nonfinite(metrics, first, batch, int(out["consecutive"]))
+    return actions_lib.Call(self.step, metrics, batch, self._agreed)
+
+  def _count_nonfinite(self, metrics, first, batch, consecutive):
     skipped = [offset for offset, values in enumerate(metrics) if not values["finite"]]
     if skipped:
-      checkpoint.nonfinite_steps.assign_add(len(skipped))
+      self._run.checkpoint.nonfinite_steps.assign_add(len(skipped))
     for offset in skipped:
       logging.warning("step %d: loss or gradients not finite (loss %s); step skipped, weights "
                       "unchanged", first + offset + 1, metrics[offset]["loss"])
-    consecutive = int(out["consecutive"])
-    if consecutive >= train_cfg.max_consecutive_nonfinite:
-      _stop_diverged(checkpoint, model, batch, loss_fn, consecutive)
-    if step % train_cfg.log_every == 0 or step == phase_end:
-      _log_progress(phase, window, step, total_steps, record)
-      _warn_if_stalled(window, step, train_cfg.stall_update_ratio, phase.optimizer, summaries)
-      window = _Window(sample_weights)
-    if summaries.train.scalars_due(step):
-      summaries.write_train_scalars(step, metrics[-1], _learning_rate(phase.optimizer),
-                                    float(checkpoint.nonfinite_steps))
-    evaluate = step % train_cfg.eval_every == 0
-    # Training images also at each evaluation (the run's last step has one), so that every run has some.
-    summaries.write_heavy(step, batch, evaluating=evaluate or step == total_steps)
-    if evaluate or step % train_cfg.checkpoint_every == 0:
-      checkpoint.save()  # before the evaluation, so that a failing or interrupted one loses no step
-    if evaluate:
-      watchdog.pause()  # an evaluation is no stall, however long
-      _evaluate(evaluate_fn, checkpoint, record, summaries)
-      watchdog.beat(step)
-    _honour_signal(cluster, checkpoint, record, out)
-  return consecutive
+    self.consecutive = consecutive
+    if consecutive >= self._run.config.train.max_consecutive_nonfinite:
+      _stop_diverged(self._run, batch, consecutive)
 
 
-def _save_and_report(checkpoint, record):
+def _save_and_report(run):
   """Saves the newest step and writes metrics.json (a signal stops the run); returns the path."""
-  path = checkpoint.save()
-  record.write()
+  path = run.checkpoint.save()
+  run.record.write()
   return path
 
 
-def _honour_signal(cluster, checkpoint, record, call=None):
+def _honour_signal(run, agreed=None):
   """Saves the newest step and raises Interrupted if the run is to stop (Cluster.should_stop;
-  `call`: the outputs of the compiled call just run)."""
-  signum = cluster.should_stop(call)
+  `agreed`: what the workers agreed in the compiled call just run)."""
+  signum = run.cluster.should_stop(agreed)
   if signum is not None:
-    raise signals_lib.Interrupted(signum, f"at step {int(checkpoint.step)}; checkpoint "
-                                  f"{_save_and_report(checkpoint, record)} written; run the same "
-                                  "command again to resume")
+    raise signals_lib.Interrupted(signum, f"at step {int(run.checkpoint.step)}; checkpoint "
+                                  f"{_save_and_report(run)} written; run the same command again "
+                                  "to resume")
 
 
-def _stop_diverged(checkpoint, model, batch, loss_fn, consecutive):
+def _stop_diverged(run, batch, consecutive):
   """Saves the last finite weights (the non-finite steps changed none) and raises the report."""
+  model, checkpoint = run.model, run.checkpoint
 
   def loss_and_grads():
     with tf.GradientTape() as tape:
-      loss, _ = loss_fn(model, batch, True)
+      loss, _ = run.task.loss_fn(model, batch, True)
     return loss, tape.gradient(loss, model.trainable_variables)
 
   checkpoint.save()  # first: the report's forward passes in training mode move BatchNorm statistics
@@ -286,76 +355,24 @@ def _stop_diverged(checkpoint, model, batch, loss_fn, consecutive):
       f"{report}; checkpoint of the last finite weights in {checkpoint.directory}")
 
 
-class _Window:
-  """Metrics and timing between two progress lines, and the weight sample for stall detection."""
-
-  def __init__(self, sample_weights):
-    self.sums = {}
-    self.count = 0
-    self.start = time.time()
-    self.weights = sample_weights()
-    self.sample_weights = sample_weights
-
-  def add(self, metrics):
-    self.count += 1
-    for name, value in metrics.items():
-      self.sums[name] = self.sums.get(name, 0.0) + value
-
-  def mean(self, name):
-    return self.sums.get(name, 0.0) / max(self.count, 1)
-
-  def skipped(self):
-    """How many of the window's steps were not finite."""
-    return self.count - self.sums.get("finite", 0.0)
-
-
-def _log_progress(phase, window, step, total_steps, record):
-  """Logs the progress line of a window and records its mean figures and speed."""
-  elapsed = max(time.time() - window.start, 1e-9)
-  steps_per_s = window.count / elapsed
-  eta = (total_steps - step) / max(steps_per_s, 1e-9)
-  skipped = window.skipped()
-  logging.info("step %d/%d [%s] loss %.4f  lr %.3g  %.2f steps/s  ETA %s%s", step, total_steps,
-               phase.name, window.mean("loss"), _learning_rate(phase.optimizer), steps_per_s,
-               _format_seconds(eta), f"  ({skipped:.0f} non-finite steps skipped)" if skipped else "")
-  record.keep_window({name: window.mean(name) for name in window.sums if name != "finite"},
-                     step, steps_per_s)
-
-
-def _warn_if_stalled(window, step, stall_update_ratio, optimizer, summaries):
-  """Writes how far the weights moved over the window, and warns below train.stall_update_ratio."""
-  update = diagnostics.relative_update(window.weights, window.sample_weights())
-  summaries.train.write_scalars(step, {"diagnostics/relative_update": update})
-  if window.skipped() < window.count and update < stall_update_ratio:
-    logging.warning(
-        "TRAINING HAS STALLED: the weights moved by %.3g (relative) over the last %d steps; learning "
-        "rate %.3g. Check optimizer.learning_rate and the gradients (summaries grad_norm)",
-        update, window.count, _learning_rate(optimizer))
-
-
-def _learning_rate(optimizer):
-  inner = getattr(optimizer, "inner_optimizer", optimizer)
-  return float(inner.learning_rate)
-
-
-def _evaluate(evaluate_fn, checkpoint, record, summaries):
+def _evaluate(run):
   """Evaluates the model at the current step: logs, summarises and records the figures, offers
   them to the best weights, and writes metrics.json."""
-  step = int(checkpoint.step)
+  step = int(run.checkpoint.step)
   started = time.time()
   try:
-    evaluation = evaluate_fn()
+    evaluation = run.evaluate_fn()
   except signals_lib.Interrupted as e:  # the step is saved: every evaluation follows a save
     raise signals_lib.Interrupted(e.signum, f"during the evaluation at step {step}; checkpoint "
-                                  f"{_save_and_report(checkpoint, record)} written; run the same "
-                                  "command again to resume") from None
+                                  f"{_save_and_report(run)} written; run the same command again "
+                                  "to resume") from None
   results = run_state.figures(evaluation)
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
-  warning = diagnostics.eval_loss_warning(results.get("loss"), record.train_figures.get("loss"))
+  warning = diagnostics.eval_loss_warning(results.get("loss"), run.record.train_figures.get("loss"))
   if warning:
     logging.warning("%s", warning)
-  summaries.write_eval(step, results, evaluation)
-  record.keep_evaluation(evaluation, step)
-  record.best.offer(results, step)
-  record.write()
+  run.summaries.write_eval(step, results, evaluation)
+  run.record.keep_evaluation(evaluation, step)
+  run.record.best.offer(results, step)
+  run.record.write()

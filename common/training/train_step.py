@@ -8,11 +8,7 @@ import math
 
 import tensorflow as tf
 
-
-def batch_norm_statistics(model):
-  """The BatchNorm moving statistics, which a training forward pass assigns."""
-  return [v for v in model.non_trainable_variables
-          if v.path.endswith(("moving_mean", "moving_variance"))]
+from common.training import evaluation
 
 
 def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False):
@@ -25,7 +21,7 @@ def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compi
   way, so that the sum over replicas counts it once (tf.nn.scale_regularization_loss).
   """
   variables = model.trainable_variables
-  statistics = batch_norm_statistics(model)
+  statistics = evaluation.batch_norm_statistics(model)
   replicas = strategy.num_replicas_in_sync
 
   def replica_step(batch):

@@ -1,0 +1,116 @@
+"""The work between the training loop's compiled calls, as a list of actions.
+
+An Action runs after a compiled call that ends at one of its steps: a multiple of one of its
+cadences (`every`), or one of its named steps (`at`: a phase's end, the run's end); an action with
+neither runs after every call. Each cadence is written once, in the action: the loop ends each call
+at the nearest step where some action is due (next_end), so every action falls on a call's end and
+where calls end never changes the weights. What an action does takes only the Call it follows.
+A trainer's copier who wants more between calls adds an action to the list, not a branch to the loop.
+"""
+import dataclasses
+import time
+from typing import Callable, NamedTuple
+
+from absl import logging
+
+from common.training import diagnostics
+
+
+class Call(NamedTuple):
+  """What one compiled call gives the actions after it.
+
+  step: the step reached; metrics: one {name: float} per step run; batch: the host batch of the last
+  step; agreed: what the workers agreed in the call (distributed.Cluster.agree; {} alone)."""
+  step: int
+  metrics: list
+  batch: tuple
+  agreed: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+  """run(call) after each compiled call that ends at a multiple of one of `every` or at one of
+  the steps `at`; after every call when both are empty."""
+  run: Callable[[Call], None]
+  every: tuple = ()
+  at: tuple = ()
+
+  def due(self, step):
+    if not self.every and not self.at:
+      return True
+    return step in self.at or any(step % every == 0 for every in self.every)
+
+
+def next_end(actions, step, length, phase_end):
+  """The step at which the call starting after `step` ends: at most `length` steps on, at the
+  phase's end, or at the nearest step where an action is due."""
+  due = [(step // every + 1) * every for action in actions for every in action.every]
+  due += [at for action in actions for at in action.at if at > step]
+  return min([step + length, phase_end, *due])
+
+
+def run_due(actions, call):
+  """Runs, in the list's order, each action that is due at the call's step."""
+  for action in actions:
+    if action.due(call.step):
+      action.run(call)
+
+
+def learning_rate(optimizer):
+  """The optimizer's current learning rate (of the inner one under a LossScaleOptimizer)."""
+  return float(getattr(optimizer, "inner_optimizer", optimizer).learning_rate)
+
+
+class Progress:
+  """The progress lines of one phase: the mean figures and speed of the steps since the last line
+  (recorded for metrics.json), and how far a sample of the weights moved over them (a warning
+  below train.stall_update_ratio). add() follows every call; log() is the progress line."""
+
+  def __init__(self, phase, variables, total_steps, record, summaries, stall_update_ratio):
+    self._phase = phase
+    self._total_steps = total_steps
+    self._record = record
+    self._summaries = summaries
+    self._stall_update_ratio = stall_update_ratio
+    self._sample_weights = diagnostics.make_weight_sampler(variables)
+    self._start_window()
+
+  def _start_window(self):
+    self._sums, self._count, self._start = {}, 0, time.time()
+    self._weights = self._sample_weights()
+
+  def add(self, call):
+    for metrics in call.metrics:
+      self._count += 1
+      for name, value in metrics.items():
+        self._sums[name] = self._sums.get(name, 0.0) + value
+
+  def _mean(self, name):
+    return self._sums.get(name, 0.0) / max(self._count, 1)
+
+  def log(self, call):
+    """Logs the progress line, records the window's mean figures and speed, writes the weights'
+    relative update (a warning if they stalled), and starts the next window."""
+    elapsed = max(time.time() - self._start, 1e-9)
+    steps_per_s = self._count / elapsed
+    eta = (self._total_steps - call.step) / max(steps_per_s, 1e-9)
+    skipped = self._count - self._sums.get("finite", 0.0)
+    optimizer_lr = learning_rate(self._phase.optimizer)
+    logging.info("step %d/%d [%s] loss %.4f  lr %.3g  %.2f steps/s  ETA %s%s", call.step, self._total_steps,
+                 self._phase.name, self._mean("loss"), optimizer_lr, steps_per_s, _format_seconds(eta),
+                 f"  ({skipped:.0f} non-finite steps skipped)" if skipped else "")
+    self._record.keep_window({name: self._mean(name) for name in self._sums if name != "finite"},
+                             call.step, steps_per_s)
+    update = diagnostics.relative_update(self._weights, self._sample_weights())
+    self._summaries.train.write_scalars(call.step, {"diagnostics/relative_update": update})
+    if skipped < self._count and update < self._stall_update_ratio:
+      logging.warning(
+          "TRAINING HAS STALLED: the weights moved by %.3g (relative) over the last %d steps; learning "
+          "rate %.3g. Check optimizer.learning_rate and the gradients (summaries grad_norm)",
+          update, self._count, optimizer_lr)
+    self._start_window()
+
+
+def _format_seconds(seconds):
+  seconds = int(seconds)
+  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
