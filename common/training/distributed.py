@@ -17,6 +17,7 @@ import tempfile
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.eager import context  # the coordination service's key-value store: no public API
 
 from common.contract.errors import CheckpointError
 from common.contract.errors import ClusterFailed
@@ -242,12 +243,30 @@ def failing_together(strategy):
   try:
     yield
     barrier(strategy)
+    _leave_after_the_chief(strategy)
   except _PEER_ERRORS as e:
     raise ClusterFailed(
         f"worker {hardware.worker_index(strategy)} of {hardware.num_workers(strategy)}: another "
         f"worker failed or left (a collective operation ended with {type(e).__name__}); exiting with "
         f"code {ClusterFailed.EXIT_CODE} so that the run is restarted: the same command resumes from "
         "the last checkpoint") from None
+
+
+# The key by which the chief says it is through the last barrier (TensorFlow's coordination service
+# lives as long as the cluster's processes: a restarted run has a fresh one).
+_CHIEF_THROUGH = "reference_trainers/chief_through_last_barrier"
+
+
+def _leave_after_the_chief(strategy):
+  """Holds the other workers until the chief is through the last barrier: a collective's receiver
+  pulls each chunk from its sender, so a worker that left as soon as its own part was done could
+  leave the chief waiting for one ("Socket closed"). The chief says so in the key-value store of
+  TensorFlow's coordination service, which it hosts; a chief that never does is a peer error."""
+  coordination = context.context()
+  if hardware.is_chief(strategy):
+    coordination.set_config_key_value(_CHIEF_THROUGH, "1")
+  else:
+    coordination.get_config_key_value(_CHIEF_THROUGH, timeout_in_ms=120_000)
 
 
 @contextlib.contextmanager
