@@ -66,6 +66,9 @@ INSTALL = 'pip install -r requirements-export.txt (or pip install -e ".[export]"
 TOLERANCE = 1e-4
 # int8's representative images: the first ones of the evaluation set (a subset, said in the log).
 REPRESENTATIVE_IMAGES = 64
+# --image_size's range: a float32 image of 8192 x 8192 pixels is 0.8 GB before any activation, more
+# than a phone or a 4 GB card runs; larger sides end in an out-of-memory traceback mid-export.
+MAX_IMAGE_SIDE = 8192
 
 
 class ExportError(UserError):
@@ -273,6 +276,7 @@ def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=Non
 def _export(workdir, fmt, output, saved_model, image_size, quantize):
   if quantize and fmt != "litert":
     raise ExportError(f"--quantize={quantize} is for --format=litert (LiteRT's converter quantizes)")
+  check_image_size(image_size)
   output = check_output(output, fmt, workdir)
   require(fmt)
   workdir_lib.check_writable(os.path.dirname(output), flag="--output")
@@ -328,6 +332,13 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
           "config": config}
 
 
+def check_image_size(image_size):
+  """One line for an --image_size (height, width) outside 1 to MAX_IMAGE_SIDE pixels (None: any)."""
+  if image_size is not None and not all(1 <= side <= MAX_IMAGE_SIDE for side in image_size):
+    raise ExportError(f"--image_size={image_size[0]} is not a side of 1 to {MAX_IMAGE_SIDE} pixels; "
+                      "leave it out for the first evaluation image's size (LiteRT) or any size (ONNX)")
+
+
 def check_output(output, fmt, workdir):
   """--output as an absolute path, or one line when writing it would replace what the export did not
   make: an existing folder (the workdir or one of its folders above all), a path inside a folder of
@@ -376,7 +387,7 @@ def describe(result, fmt, output, quantize):
 def main(argv):
   del argv
   result = export(_WORKDIR.value, _FORMAT.value, _OUTPUT.value, _SAVED_MODEL.value,
-                  _IMAGE_SIZE.value and (_IMAGE_SIZE.value,) * 2, _QUANTIZE.value)
+                  None if _IMAGE_SIZE.value is None else (_IMAGE_SIZE.value,) * 2, _QUANTIZE.value)
   print(describe(result, _FORMAT.value, _OUTPUT.value, _QUANTIZE.value), flush=True)
 
 

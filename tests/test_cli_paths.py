@@ -174,3 +174,18 @@ def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_ref
     assert export.check_output(str(tmp_path / output), fmt, str(run)) == str(tmp_path / output)
   assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "eval", "model.onnx", "model.tflite",
                                      "saved_model"]
+
+
+def test_an_export_image_size_out_of_range_is_one_line(capsys):
+  """--image_size=-1 was a TensorFlow traceback, 0 silently the default, 100000 out of memory."""
+  from scripts import export  # pylint: disable=g-import-not-at-top
+  for side in (-1, 0, export.MAX_IMAGE_SIDE + 1, 100000):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+      cli.run_guarded(export.check_image_size, (side, side))
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and lines == [
+        f"error: --image_size={side} is not a side of 1 to {export.MAX_IMAGE_SIDE} pixels; leave it out "
+        "for the first evaluation image's size (LiteRT) or any size (ONNX)"], (side, lines)
+  for good in (None, (1, 1), (export.MAX_IMAGE_SIDE,) * 2):
+    export.check_image_size(good)
