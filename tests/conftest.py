@@ -1,7 +1,14 @@
-"""Shared test set-up: quiet TensorFlow, no global Keras state leaking between tests, a read-only folder."""
+"""Shared test set-up: quiet TensorFlow, no global Keras state leaking between tests, a read-only folder,
+and what several test files read, made once per test session (the real data sets, a stand-in TF-Slim
+checkpoint, an untrained smoke Inception V4's checkpoint, a trained triplet smoke run)."""
+import contextlib
 import errno
+import io
+import json
 import os
+import shutil
 import subprocess
+import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -68,6 +75,70 @@ def real_sets(tmp_path_factory, worker_id):
       make_real_sets.write_all(str(root))
       (root / "written").touch()
   return root
+
+
+def written_once(tmp_path_factory, worker_id, name, write):
+  """The folder <name> that write(folder) fills, once per test session: under xdist by the first
+  worker that asks, in the folder its workers share (as `real_sets`), while the others wait on the
+  lock; `<name>.written` beside it says it is whole (a write that failed is started again). Tests
+  only read it: a test that changes it works on a copy (shutil.copytree)."""
+  parent = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+  root = parent / name
+  with filelock.FileLock(f"{root}.lock"):
+    if not (parent / f"{name}.written").exists():
+      shutil.rmtree(root, ignore_errors=True)
+      root.mkdir()
+      write(root)
+      (parent / f"{name}.written").touch()
+  return root
+
+
+@pytest.fixture(scope="session")
+def slim_inception_checkpoint(tmp_path_factory, worker_id):
+  """The path of helpers.write_slim_inception_checkpoint's stand-in for TF-Slim's published
+  checkpoint (seed 1), <folder>/inception_v4.ckpt with the folder's `checkpoint` state file, written
+  once per session (an Inception V4 of 1001 classes built and its 170 MB written: seconds).
+  tests/test_inception_train.py fine-tunes from it, tests/test_readme_commands.py copies it."""
+  root = written_once(tmp_path_factory, worker_id, "slim_inception_v4",
+                      lambda root: helpers.write_slim_inception_checkpoint(str(root / "inception_v4.ckpt")))
+  return str(root / "inception_v4.ckpt")
+
+
+@pytest.fixture(scope="session")
+def inception_smoke_checkpoint(tmp_path_factory, worker_id):
+  """get() -> the folder checkpoints/ (ckpt-1, as tf.train.CheckpointManager saves it) of the smoke
+  preset's Inception V4 (10 classes, 75x75), untrained, seeded 0: built and written at the session's
+  first get() (seconds), so that files whose slow tests alone use it pay nothing in a fast run.
+  tests/test_export.py and tests/test_predict.py copy it into the runs they write."""
+  def write(root):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from inception_finetune import task  # pylint: disable=g-import-not-at-top
+    config = helpers.make_config("inception_v4", "smoke")
+    tf.keras.utils.set_random_seed(0)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=task.build_model(config, config.data.num_classes)),
+                               str(root / "checkpoints"), max_to_keep=1).save(checkpoint_number=1)
+
+  return lambda: written_once(tmp_path_factory, worker_id, "inception_smoke_untrained", write) / "checkpoints"
+
+
+@pytest.fixture(scope="session")
+def triplet_smoke_run(tmp_path_factory, worker_id):
+  """The triplet smoke preset trained by train_and_evaluate (20 steps, evaluated, exported), once per
+  session: .workdir (its metrics.json, checkpoints, SavedModel), .config, .results (the returned
+  metrics, read back from JSON) and .printed (its stdout: the figures lines). For tests that read
+  the run (tests/test_predict.py, tests/test_readme_figures.py); one that changes it copies it."""
+  def write(root):
+    from triplet import train  # pylint: disable=g-import-not-at-top
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+      results = train.train_and_evaluate(helpers.make_config("triplet", "smoke"), str(root / "run"))
+    (root / "results.json").write_text(json.dumps(results))
+    (root / "printed.txt").write_text(printed.getvalue())
+
+  root = written_once(tmp_path_factory, worker_id, "triplet_smoke_run", write)
+  return types.SimpleNamespace(workdir=root / "run", config=helpers.make_config("triplet", "smoke"),
+                               results=json.loads((root / "results.json").read_text()),
+                               printed=(root / "printed.txt").read_text())
 
 
 @pytest.fixture

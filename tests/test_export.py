@@ -2,6 +2,7 @@
 model, run by its own runtime, gives the SavedModel's outputs on the evaluation images; a failed
 check or a missing extra is one line and leaves no output."""
 import os
+import shutil
 import sys
 
 import pytest
@@ -16,16 +17,16 @@ from common.app import cli  # pylint: disable=g-import-not-at-top
 from common.contract import config as config_lib  # pylint: disable=g-import-not-at-top
 from common.training import checkpoints  # pylint: disable=g-import-not-at-top
 import helpers  # pylint: disable=g-import-not-at-top
-from inception_finetune import task as inception_task  # pylint: disable=g-import-not-at-top
 from scripts import export  # pylint: disable=g-import-not-at-top
 from segmentation import data as segmentation_data  # pylint: disable=g-import-not-at-top
 from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
 from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
 
+# Inception V4's run copies the session's checkpoint of the same untrained network, seeded 0 as
+# these are (tests/conftest.py's inception_smoke_checkpoint: Inception V4 built once).
 BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(
                    config, segmentation_data.read_settings(config.data)),
-               "triplet": lambda config: triplet_task.build_model(config, 0),
-               "inception_v4": lambda config: inception_task.build_model(config, config.data.num_classes)}
+               "triplet": lambda config: triplet_task.build_model(config, 0)}
 
 
 @pytest.fixture(autouse=True)
@@ -37,14 +38,19 @@ class Runs(dict):
   """{trainer: workdir} with the smoke preset's config.json and a checkpoint of its untrained model,
   each written when a test first asks for it (Inception V4's only by the slow tests)."""
 
-  def __init__(self, tmp_path_factory):
+  def __init__(self, tmp_path_factory, inception_checkpoint):
     super().__init__()
     self.tmp_path_factory = tmp_path_factory
+    self.inception_checkpoint = inception_checkpoint
 
   def __missing__(self, trainer):
     workdir = str(self.tmp_path_factory.mktemp(trainer))
     config = helpers.make_config(trainer, "smoke")
     config_lib.write_config(config, workdir)
+    if trainer == "inception_v4":
+      shutil.copytree(self.inception_checkpoint(), checkpoints.checkpoint_dir(workdir))
+      self[trainer] = workdir
+      return workdir
     # Seeded: twice in CI an unseeded triplet network's LiteRT export scored another recall on
     # embeddings "0.0" apart, which NaNs give (suspected: L2 normalization of a zero vector); the
     # check now counts a NaN as an infinite difference. These weights give none.
@@ -56,8 +62,8 @@ class Runs(dict):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-  return Runs(tmp_path_factory)
+def runs(tmp_path_factory, inception_smoke_checkpoint):
+  return Runs(tmp_path_factory, inception_smoke_checkpoint)
 
 
 # Inception V4 at its smoke size (75x75, its smallest): 1.5 min for LiteRT (7.5 GB resident at the

@@ -85,9 +85,9 @@ def read_checkpoint_values(workdir, config, num_classes):
 
 
 @pytest.fixture(scope="module")
-def slim_checkpoint_path(tmp_path_factory):
-  """A stand-in TF-Slim checkpoint (random, 1001 classes), written once for the module's tests."""
-  return helpers.write_slim_inception_checkpoint(str(tmp_path_factory.mktemp("slim") / "model.ckpt"))
+def slim_checkpoint_path(slim_inception_checkpoint):
+  """A stand-in TF-Slim checkpoint (random, 1001 classes): the session's (tests/conftest.py), read only."""
+  return slim_inception_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from the SavedModel (--saved_model); bad files and flags are one line. The READM
 run in tests/test_readme_commands.py."""
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -19,12 +20,10 @@ from common.data import class_labels
 from common.training import checkpoints
 import helpers
 from inception_finetune import predict as inception_predict
-from inception_finetune import task as inception_task
 from segmentation import data as segmentation_data
 from segmentation import predict as segmentation_predict
 from segmentation import task as segmentation_task
 from triplet import predict as triplet_predict
-from triplet import train as triplet_train
 
 EXIF_ORIENTATION = 0x0112
 
@@ -91,14 +90,15 @@ def test_segmentation_predicts_an_exif_photo_as_shown(tmp_path, caplog):
 
 
 @pytest.fixture(scope="module")
-def inception_run(tmp_path_factory):
+def inception_run(tmp_path_factory, inception_smoke_checkpoint):
   """An Inception V4 run as fine-tuning from a TF-Slim checkpoint leaves it (its BatchNorm layers
-  restored, so no calibration), untrained: config.json, labels.txt, a checkpoint."""
+  restored, so no calibration), untrained: config.json, labels.txt, a checkpoint (a copy of the
+  session's, tests/conftest.py: the smoke preset's network seeded 0)."""
   workdir = tmp_path_factory.mktemp("inception")
   config = helpers.make_config("inception_v4", "smoke", checkpoint_path="inception_v4.ckpt")
   names = [f"breed_{i}" for i in range(config.data.num_classes)]
-  tf.keras.utils.set_random_seed(0)
-  write_run("inception_v4", workdir, inception_task.build_model(config, len(names)), config)
+  config_lib.write_config(config, str(workdir))
+  shutil.copytree(inception_smoke_checkpoint(), workdir / "checkpoints")
   (workdir / "labels.txt").write_text(class_labels.labels_file_text(names))
   return workdir, config, names
 
@@ -133,12 +133,10 @@ def test_inception_classifies_an_exif_photo_as_shown_and_writes_the_csv(inceptio
 
 
 @pytest.fixture(scope="module")
-def triplet_run(tmp_path_factory):
-  """The smoke preset trained (20 steps), with its metrics.json and SavedModel."""
-  workdir = tmp_path_factory.mktemp("triplet")
-  config = helpers.make_config("triplet", "smoke")
-  results = triplet_train.train_and_evaluate(config, str(workdir))
-  return workdir, config, results
+def triplet_run(triplet_smoke_run):
+  """The smoke preset trained (20 steps), with its metrics.json and SavedModel: the session's run
+  (tests/conftest.py), which these tests only read."""
+  return triplet_smoke_run.workdir, triplet_smoke_run.config, triplet_smoke_run.results
 
 
 @pytest.mark.slow  # the triplet smoke run trains first

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -255,10 +256,13 @@ def test_parse_joins_continuations_splits_chains_and_keeps_the_order():
   assert strays == ["not a command"] and text_blocks == {"error: "}
 
 
-def make_stand_ins(root):
-  """The inputs the README assumes: a TF-Slim checkpoint, class folders, a VOC folder, photos."""
+def make_stand_ins(root, slim_checkpoint):
+  """The inputs the README assumes: a TF-Slim checkpoint (a copy of the session's stand-in,
+  helpers.write_slim_inception_checkpoint's, with its folder's state file), class folders, a VOC
+  folder, photos."""
   rng = np.random.default_rng(0)
-  helpers.write_slim_inception_checkpoint(str(root / "inception_v4.ckpt"))
+  for name in os.listdir(os.path.dirname(slim_checkpoint)):
+    shutil.copy(os.path.join(os.path.dirname(slim_checkpoint), name), root / name)
   for label in range(10):  # the smoke preset's 10 classes
     folder = root / "StanfordDogs" / "Images" / f"n0208{label:04d}-breed_{label}"
     folder.mkdir(parents=True)
@@ -288,14 +292,14 @@ def write_photos(root, rng):
 class Workspace:
   """A scratch folder with the repository's files linked in; runs README commands in order."""
 
-  def __init__(self, root):
+  def __init__(self, root, slim_checkpoint):
     self.root = root
     self.tmp = root / "tmp"
     self.tmp.mkdir()
     for name in os.listdir(helpers.REPO_ROOT):
       if not name.startswith((".", "__")) and name != "runs":
         os.symlink(os.path.join(helpers.REPO_ROOT, name), root / name)
-    make_stand_ins(root)
+    make_stand_ins(root, slim_checkpoint)
     self.failures = {}
 
   def run_through(self, index):
@@ -353,8 +357,8 @@ def stderr_tail(stderr):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-  return Workspace(tmp_path_factory.mktemp("readme"))
+def workspace(tmp_path_factory, slim_inception_checkpoint):
+  return Workspace(tmp_path_factory.mktemp("readme"), slim_inception_checkpoint)
 
 
 @pytest.mark.slow

@@ -18,7 +18,6 @@ import helpers
 from scripts import benchmark
 from scripts import flops
 from scripts import memory_estimate
-from triplet import train as triplet_train
 
 README = os.path.join(helpers.REPO_ROOT, "README.md")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
@@ -119,14 +118,14 @@ def test_benchmark_and_4gb_tables_match_the_code(trainer, tmp_path):
     assert_shown(row[f"of {budget_mib} MiB"], 100 * estimate / budget_mib, what + ", share")
 
 
-def test_triplet_smoke_line_matches_a_smoke_run(tmp_path, capsys):
+def test_triplet_smoke_line_matches_a_smoke_run(triplet_smoke_run):
   """The README quotes the last figures line of its triplet smoke command; the same config run
-  here prints a line of the same words whose figures are within SMOKE_TOLERANCE."""
+  (train_and_evaluate, the session's run in tests/conftest.py) prints a line of the same words
+  whose figures are within SMOKE_TOLERANCE."""
   quoted = re.search(r"`(recall_at_1 [^`]*)`", readme())
   assert quoted, "README.md quotes no `recall_at_1 ...` line of the triplet smoke run"
   quoted = " ".join(quoted.group(1).split())
-  triplet_train.train_and_evaluate(helpers.make_config("triplet", "smoke"), str(tmp_path))
-  printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("recall_at_1 ")]
+  printed = [line for line in triplet_smoke_run.printed.splitlines() if line.startswith("recall_at_1 ")]
   assert len(printed) == 1, printed
   assert NUMBER.sub("N", quoted) == NUMBER.sub("N", printed[0]), (
       f"README.md quotes {quoted!r}, the smoke run prints {printed[0]!r}")
