@@ -5,23 +5,20 @@ python scripts/export.py --workdir=runs/segmentation --format=onnx --output=runs
 python scripts/export.py --workdir=runs/dogs --format=litert --quantize=int8 --output=runs/dogs/model.tflite
 python scripts/export.py --workdir=runs/triplet --saved_model=runs/triplet/saved_model --format=litert --output=t.tflite
 
---workdir names the run: its config.json says which trainer it is and gives the evaluation set, and
-its weights (best/, else the newest checkpoint) are exported through the trainer's own serving
-signature (Task.export). --saved_model converts that export instead of the weights.
+--workdir names the run: its config.json says which trainer it is and gives the evaluation set; its
+weights (best/, else the newest checkpoint) go through the trainer's serving signature (Task.export).
+--saved_model converts that export instead of the weights.
 
-What is converted is the SavedModel's serving signature, preprocessing included, so the model takes
-what the SavedModel takes (uint8 images) and gives its numeric outputs (logits, probabilities, class
-ids, embeddings; a class-name output is left out: ONNX and LiteRT models give ids). Keras'
-model.export(format="onnx"|"litert") would convert the network alone, without the preprocessing.
-Neither converter has kernels for the uint8 operations of the signatures (a padding, a resize of
-uint8 images), so the frozen signature runs them on float32 copies of the same values (exact for
-0..255) behind one cast of the uint8 input.
+The SavedModel's serving signature is converted, preprocessing included: the model takes uint8
+images and gives the numeric outputs (logits, probabilities, class ids, embeddings; ONNX and LiteRT
+give ids, not class names). Keras' model.export(format="onnx"|"litert") would convert the network
+alone. Neither converter has kernels for the signatures' uint8 operations (a padding, a resize), so
+the frozen signature runs them on float32 copies of the same values behind one cast of the input.
 
-The check: the exported model, run by its own runtime (onnxruntime; LiteRT's interpreter), and the
-SavedModel score the evaluation set through the trainer's Task.evaluate; the largest output
-difference, the share of equal class ids and the headline metric of both are printed. A float
-export that differs by more than TOLERANCE is removed and the error is one line; a quantized one
-is reported, as its differences are the point.
+The check: the export, run by its own runtime (onnxruntime; LiteRT's interpreter), and the
+SavedModel score the evaluation set through Task.evaluate; the largest output difference, the share
+of equal class ids and both headline metrics are printed. A float export that differs by more than
+TOLERANCE is removed, in one line; a quantized one is reported, its differences being the point.
 """
 from common.runtime import process
 
@@ -66,8 +63,7 @@ INSTALL = 'pip install -r requirements-export.txt (or pip install -e ".[export]"
 TOLERANCE = 1e-4
 # int8's representative images: the first ones of the evaluation set (a subset, said in the log).
 REPRESENTATIVE_IMAGES = 64
-# --image_size's range: a float32 image of 8192 x 8192 pixels is 0.8 GB before any activation, more
-# than a phone or a 4 GB card runs; larger sides end in an out-of-memory traceback mid-export.
+# --image_size's largest side: a float32 image of 8192^2 pixels is 0.8 GB before any activation.
 MAX_IMAGE_SIDE = 8192
 
 
@@ -195,8 +191,7 @@ def convert(serve, fmt, path, image_size=None, quantize=None, representative=())
 
 
 def load(fmt, path):
-  """What the exported model at `path` gives, in its own runtime, as a SavedModel's signature does:
-  serve(images=uint8 [B, H, W, 3]) -> {name: tf.Tensor}."""
+  """The export at `path` in its own runtime, called as a signature: images=uint8 [B, H, W, 3] -> {name: tensor}."""
   if fmt == "saved_model":
     loaded = checkpoints.load_saved_model(path)  # the signature's variables live as long as it
     return lambda images: loaded.signatures["serving_default"](images=images)
@@ -263,9 +258,8 @@ def evaluate(task, signature):
 
 
 def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=None):
-  """Exports, checks, and moves the export to `output` only once its check holds; returns
-  {"max_difference", "same_class_ids", "metric", "before", "after"}. A signal stops it between its
-  stages (and the trainer's SavedModel export), with nothing written."""
+  """Exports, checks, and moves the export to `output` once its check holds (returns its figures);
+  a signal stops it between its stages (and the trainer's SavedModel export), nothing written."""
   try:
     return _export(workdir, fmt, output, saved_model, image_size, quantize)
   except signals.Interrupted as e:  # the trainer's export says it of a training run: reworded
@@ -333,16 +327,15 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
 
 
 def check_image_size(image_size):
-  """One line for an --image_size (height, width) outside 1 to MAX_IMAGE_SIDE pixels (None: any)."""
+  """One line for an --image_size (height, width) outside 1 to MAX_IMAGE_SIDE (None: any)."""
   if image_size is not None and not all(1 <= side <= MAX_IMAGE_SIDE for side in image_size):
     raise ExportError(f"--image_size={image_size[0]} is not a side of 1 to {MAX_IMAGE_SIDE} pixels; "
                       "leave it out for the first evaluation image's size (LiteRT) or any size (ONNX)")
 
 
 def check_output(output, fmt, workdir):
-  """--output as an absolute path, or one line when writing it would replace what the export did not
-  make: an existing folder (the workdir or one of its folders above all), a path inside a folder of
-  the run, or an existing file other than an earlier export of this format."""
+  """--output as an absolute path, or one line if writing it would replace what the export did not make:
+  an existing folder (above all the workdir), a path in a folder of the run, a file but an earlier export."""
   path = os.path.abspath(output)  # a trailing slash names the same folder
   run = os.path.realpath(workdir)
   parent = os.path.realpath(os.path.dirname(path))
