@@ -25,6 +25,9 @@ from inception_finetune import metrics
 from inception_finetune import preprocessing
 from inception_finetune import slim_checkpoint
 
+# The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
+NAME = "inception_v4"
+
 
 def validate_config(config):
   """The fine-tuning sections' checks, the data section's by data.read_settings; returns the
@@ -274,7 +277,7 @@ def export_model(model, path, image_size, central_fraction, class_names):
     return {"probabilities": tf.nn.softmax(logits), "class_ids": class_ids,
             "class_names": tf.gather(tf.constant(class_names), class_ids)}
 
-  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], class_names)
+  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], NAME, class_names)
 
 
 def input_fingerprint(batch_size, settings, data):
@@ -304,7 +307,7 @@ def make_task(config, workdir, for_training=True):
         lambda: evaluation_summaries(sampler, result.confusion, data.class_names))
 
   return task_lib.Task(
-      name="inception_v4",
+      name=NAME,
       train_dataset=data.train,
       eval_dataset=data.eval,
       build_model=lambda: build_model(config, data.num_classes),

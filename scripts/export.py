@@ -6,8 +6,8 @@ python scripts/export.py --workdir=runs/dogs --format=litert --quantize=int8 --o
 python scripts/export.py --workdir=runs/triplet --saved_model=runs/triplet/saved_model --format=litert --output=t.tflite
 
 --workdir names the run: its config.json says which trainer it is and gives the evaluation set; its
-weights (best/, else the newest checkpoint) go through the trainer's serving signature (Task.export).
---saved_model converts that export instead of the weights.
+weights (best/, else the newest checkpoint) go through the trainer's serving signature (Task.export),
+or --saved_model's (an export of the same trainer) is converted instead.
 
 The SavedModel's serving signature is converted, preprocessing included: the model takes uint8
 images and gives the numeric outputs (logits, probabilities, class ids, embeddings; ONNX and LiteRT
@@ -97,9 +97,12 @@ def trainer_of(workdir):
   raise errors[0]  # a broken file says so for every trainer
 
 
-def load_run(workdir):
-  """(trainer, config, task, the Keras model with the run's best weights, else its newest)."""
+def load_run(workdir, saved_model=None):
+  """(trainer, config, task, the Keras model with the run's best weights, else its newest); a
+  --saved_model of another trainer is refused before the weights are read."""
   trainer, config = trainer_of(workdir)
+  if saved_model:
+    workdir_lib.check_saved_model(saved_model, trainer)
   task = importlib.import_module(TRAINERS[trainer][1]).make_task(config, workdir, True)
   model = task.build_model()
   directory = checkpoints.best_dir(workdir)
@@ -274,9 +277,7 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   output = check_output(output, fmt, workdir)
   require(fmt)
   workdir_lib.check_writable(os.path.dirname(output), flag="--output")
-  if saved_model:
-    workdir_lib.check_saved_model(saved_model)
-  _, config, task, model = load_run(workdir)
+  _, config, task, model = load_run(workdir, saved_model)
   signals.check("")
   with tempfile.TemporaryDirectory() as scratch:
     reference_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
@@ -348,9 +349,8 @@ def check_output(output, fmt, workdir):
                       f"run {workdir}; write beside the run's files, e.g. "
                       f"{os.path.join(workdir, 'model' + SUFFIX.get(fmt, ''))}")
   if os.path.lexists(path) and not (fmt in SUFFIX and path.endswith(SUFFIX[fmt])):
-    raise ExportError(f"--output={output} exists and is not an earlier {fmt} export "
-                      f"({'a name ending ' + SUFFIX[fmt] if fmt in SUFFIX else 'a saved_model is written into a new folder'}); "
-                      "name a new path")
+    kept = f"a name ending {SUFFIX[fmt]}" if fmt in SUFFIX else "a saved_model is written into a new folder"
+    raise ExportError(f"--output={output} exists and is not an earlier {fmt} export ({kept}); name a new path")
   return path
 
 

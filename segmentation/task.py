@@ -23,6 +23,9 @@ from segmentation import metrics
 from segmentation import model as model_lib
 from segmentation import visualize
 
+# The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
+NAME = "segmentation"
+
 
 REPORT_OVERLAYS = 4  # evaluation images drawn with their truth and prediction in the report
 
@@ -118,7 +121,7 @@ def export_model(model, path, multiple, class_names):
             "class_ids": tf.argmax(logits, axis=-1, output_type=tf.int32),
             "class_names": tf.constant(class_names)}
 
-  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], class_names)
+  return export_lib.export_saved_model(model, serve, path, [export_lib.UINT8_IMAGES], NAME, class_names)
 
 
 def input_fingerprint(settings, batch_size, data):
@@ -159,7 +162,7 @@ def make_task(config, workdir, for_training=True):
                                      settings.ignore_label))
 
   return task_lib.Task(
-      name="segmentation",
+      name=NAME,
       train_dataset=data.train,
       eval_dataset=data.eval,
       build_model=lambda: build_model(config, settings),

@@ -5,6 +5,7 @@ away while it is read is retried on the next newest. In one interpreter, on runs
 import glob
 import json
 import os
+import pathlib
 import shutil
 import sys
 import types
@@ -23,6 +24,7 @@ from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 import helpers
 from inception_finetune import task as inception_task
+from scripts import export as export_script
 from segmentation import data as segmentation_data
 from segmentation import predict as predict_lib
 from segmentation import task as segmentation_task
@@ -334,6 +336,18 @@ def test_a_damaged_or_another_trainers_saved_model_is_one_line(tmp_path, capsys)
       line = error_line(capsys, run)
       assert line.startswith(f"error: SavedModel {damaged} is damaged (") and line.endswith(
           "export the run again (scripts/export.py --format=saved_model, or its training command)"), (case, command, line)
+  for trainer, other in (("segmentation", "triplet"), ("triplet", "segmentation")):
+    assert (pathlib.Path(exports[trainer]) / "assets" / "trainer.txt").read_text() == f"{trainer}\n"
+    said = (f"error: SavedModel {exports[other]} is the export of the {other} trainer, not of {trainer}: "
+            f"give the saved_model/ of a {trainer} run, or use {other}'s commands")
+    line = error_line(capsys, commands.evaluate_run, config_flag(trainer), str(tmp_path / "eval"),
+                      MAKE_TASK[trainer], exports[other], "")
+    assert line == said, line
+    run = tmp_path / f"{trainer}_run"
+    config_lib.write_config(helpers.make_config(trainer, "smoke"), str(run))  # read before any weights
+    line = error_line(capsys, export_script.export, str(run), "saved_model", str(tmp_path / "out"), exports[other])
+    assert line == said, line
+  assert not (tmp_path / "out").exists()
   for load, export, wanted in ((predict_lib.load_saved_model, exports["triplet"], "class_ids"),
                                (triplet_predict.load_saved_model, exports["segmentation"], "embeddings"),
                                (inception_predict.load_saved_model, exports["triplet"], "probabilities")):

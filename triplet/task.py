@@ -27,6 +27,9 @@ from triplet import losses
 from triplet import metrics
 from triplet import model as model_lib
 
+# The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
+NAME = "triplet"
+
 SOFTMAX = "softmax"
 LOSS_NAMES = tuple(losses.LOSSES) + (SOFTMAX,)
 ROC_PNG = "roc.png"
@@ -189,7 +192,7 @@ def export_model(model, path, settings, threshold=None):
     images = data_lib.preprocess_for_eval(images, settings.crop_size, normalizer)
     return {"embeddings": embedding_model(images, training=False)}
 
-  return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES],
+  return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES], NAME,
                                        constants=threshold)
 
 
@@ -305,14 +308,14 @@ def make_task(config, workdir, for_training=True):
                                curves={"far": roc[0].tolist(), "tar": roc[1].tolist()}, embeddings=shown)
 
   if not for_training:
-    return task_lib.Task(name="triplet", train_dataset=None, eval_dataset=eval_dataset,
+    return task_lib.Task(name=NAME, train_dataset=None, eval_dataset=eval_dataset,
                          build_model=lambda: build_model(config, len(identities) if softmax else 0),
                          make_phases=None, loss_fn=None, make_predict_fn=make_predict_fn, evaluate=evaluate,
                          saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
                          export=None, describe="",
                          data_report={metrics.VAL_AT_FAR: val_note} if val_note else {})
   return task_lib.Task(
-      name="triplet",
+      name=NAME,
       train_dataset=data_lib.make_train_dataset(
           identities, settings.identities_per_batch, settings.images_per_identity, settings.load_size,
           settings.crop_size, settings.normalization, config.seed, settings.random_flip),

@@ -14,6 +14,7 @@ import tensorflow as tf
 from common.contract.errors import first_line
 from common.contract.errors import WorkdirError
 from common.runtime import signals
+from common.runtime import workdir as workdir_lib
 
 CLASS_NAMES_ASSET = "class_names.txt"
 
@@ -21,9 +22,10 @@ CLASS_NAMES_ASSET = "class_names.txt"
 CONSTANTS_SIGNATURE = "constants"
 
 
-def export_saved_model(model, serve, path, input_signature, class_names=(), constants=None):
+def export_saved_model(model, serve, path, input_signature, trainer, class_names=(), constants=None):
   """Saves `serve` (a function of the signature's tensors, closing over `model`) as serving_default,
-  with class_names (if given) as the asset assets/class_names.txt, a name per line in id order, and
+  with the trainer's name (its Task.name) as the asset assets/trainer.txt (a command of another
+  trainer refuses the export in one line: workdir.check_saved_model), class_names (if given) as the asset assets/class_names.txt, a name per line in id order, and
   constants (if given: {name: number}) as the outputs of a second signature, CONSTANTS_SIGNATURE,
   which takes no input (the triplet's verification threshold and the step it was chosen at).
 
@@ -51,11 +53,10 @@ def export_saved_model(model, serve, path, input_signature, class_names=(), cons
       values = {name: tf.constant(value) for name, value in constants.items()}
       signatures[CONSTANTS_SIGNATURE] = tf.function(lambda: values, input_signature=[])
     with tempfile.TemporaryDirectory() as scratch:
-      if class_names:  # the save copies it into assets/
-        names_path = os.path.join(scratch, CLASS_NAMES_ASSET)
-        with open(names_path, "w", encoding="utf-8") as f:
-          f.write("".join(f"{name}\n" for name in class_names))
-        module.class_names = tf.saved_model.Asset(names_path)
+      # The save copies each asset into assets/.
+      module.trainer = tf.saved_model.Asset(_write(scratch, workdir_lib.TRAINER_ASSET, [trainer]))
+      if class_names:
+        module.class_names = tf.saved_model.Asset(_write(scratch, CLASS_NAMES_ASSET, class_names))
       tf.saved_model.save(module, tmp, signatures=signatures)
     if os.path.lexists(path):
       os.rename(path, old)
@@ -68,6 +69,13 @@ def export_saved_model(model, serve, path, input_signature, class_names=(), cons
                        f"{' and the previous export' if os.path.isdir(path) else ''} are intact: "
                        "free space or fix the path, then run the same command again to export") from None
   signals.check(f"during the export; the SavedModel {path} is complete")
+  return path
+
+
+def _write(folder, name, lines):
+  path = os.path.join(folder, name)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("".join(f"{line}\n" for line in lines))
   return path
 
 

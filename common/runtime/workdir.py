@@ -30,6 +30,8 @@ from common.contract.errors import WorkdirError
 
 LOCK_FILENAME = "LOCK"
 OWNER_FILENAME = "LOCK.owner"
+# The asset of a SavedModel that names the trainer (Task.name) whose export it is.
+TRAINER_ASSET = "trainer.txt"
 CONFIG_HISTORY_DIR = "configs"
 
 
@@ -73,14 +75,29 @@ def check_writable(*directories, flag="--workdir"):
           os.remove(probe)
 
 
-def check_saved_model(path):
-  """A --saved_model that is missing, a file or a folder without saved_model.pb is one line."""
+def check_saved_model(path, trainer=None):
+  """A --saved_model that is missing, a file or a folder without saved_model.pb is one line; so is,
+  given `trainer` (a Task's name), the export of another trainer (its assets/trainer.txt says whose;
+  an export without that file, made before it was written, is not checked here)."""
   if not os.path.exists(path):
     raise CheckpointError(f"SavedModel {path} does not exist; train first or pass --saved_model")
   if not os.path.isfile(os.path.join(path, "saved_model.pb")):
     what = "a file" if not os.path.isdir(path) else "a folder without saved_model.pb"
     raise CheckpointError(f"--saved_model {path} is {what}, not a SavedModel; pass the saved_model/ "
                           "folder that a training run exported into its workdir")
+  named = os.path.join(path, "assets", TRAINER_ASSET)
+  if trainer is None or not os.path.lexists(named):
+    return
+  try:
+    with open(named, encoding="utf-8") as f:
+      writer = f.read().strip()
+  except (OSError, UnicodeDecodeError) as e:
+    raise CheckpointError(f"SavedModel {path} is damaged ({named}: {getattr(e, 'strerror', None) or e}); "
+                          "export the run again (scripts/export.py --format=saved_model, or its training "
+                          "command)") from None
+  if writer != trainer:
+    raise CheckpointError(f"SavedModel {path} is the export of the {writer or '(unnamed)'} trainer, not of "
+                          f"{trainer}: give the saved_model/ of a {trainer} run, or use {writer}'s commands")
 
 
 @contextlib.contextmanager

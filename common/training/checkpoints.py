@@ -207,11 +207,11 @@ def restore_model(model, workdir):
   return restore_newest(tf.train.Checkpoint(model=model), checkpoint_dir(workdir))
 
 
-def load_saved_model(path, outputs=()):
+def load_saved_model(path, outputs=(), trainer=None):
   """The SavedModel at `path`, loaded; one CheckpointError line when it is missing, damaged
-  (saved_model.pb cut short, variables/ missing or cut) or, given `outputs` (names its serving
-  signature must give), another trainer's export."""
-  workdir_lib.check_saved_model(path)
+  (saved_model.pb cut short, variables/ missing or cut) or another trainer's export: given `trainer`
+  (the Task.name it must name) or `outputs` (names its serving signature must give)."""
+  workdir_lib.check_saved_model(path, trainer)
   try:
     loaded = tf.saved_model.load(path)
   except (OSError, ValueError, IndexError, tf.errors.OpError) as e:

@@ -34,7 +34,8 @@ def make_evaluate_fn(task, model):
 def load_predict_fn(task, workdir, saved_model=None):
   """The predict function of a SavedModel, or of the newest checkpoint in workdir."""
   if saved_model:
-    return task.saved_model_predict_fn(checkpoints.load_saved_model(saved_model).signatures["serving_default"])
+    return task.saved_model_predict_fn(checkpoints.load_saved_model(saved_model, trainer=task.name)
+                                       .signatures["serving_default"])
   model = task.build_model()
   logging.info("evaluating %s", checkpoints.restore_model(model, workdir))
   if task.calibrate:
