@@ -20,6 +20,8 @@ import helpers  # pylint: disable=g-import-not-at-top
 from scripts import export  # pylint: disable=g-import-not-at-top
 from segmentation import data as segmentation_data  # pylint: disable=g-import-not-at-top
 from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
+from triplet import data as triplet_data  # pylint: disable=g-import-not-at-top
+from triplet import model as triplet_model  # pylint: disable=g-import-not-at-top
 from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
 
 # Inception V4's run copies the session's checkpoint of the same untrained network, seeded 0 as
@@ -51,10 +53,7 @@ class Runs(dict):
       shutil.copytree(self.inception_checkpoint(), checkpoints.checkpoint_dir(workdir))
       self[trainer] = workdir
       return workdir
-    # Seeded: twice in CI an unseeded triplet network's LiteRT export scored another recall on
-    # embeddings "0.0" apart, which NaNs give (suspected: L2 normalization of a zero vector); the
-    # check now counts a NaN as an infinite difference. These weights give none.
-    tf.keras.utils.set_random_seed(0)
+    tf.keras.utils.set_random_seed(0)  # the same weights in every session
     tf.train.CheckpointManager(tf.train.Checkpoint(model=BUILD_MODEL[trainer](config)),
                                checkpoints.checkpoint_dir(workdir), max_to_keep=1).save(checkpoint_number=1)
     self[trainer] = workdir
@@ -82,6 +81,26 @@ def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, trainer,
     assert result["metric"] == {"segmentation": "miou", "inception_v4": "top1"}[trainer]
   # LiteRT's image size is fixed: the first evaluation image's (the synthetic images are 64x64).
   assert (result["image_size"] is not None) == (fmt == "litert")
+
+
+def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
+  """A triplet network whose projection gives a zero vector (an untrained one did, on one image, in
+  CI): its normalization gave NaN in LiteRT (Keras' UnitNormalization's ops in XNNPACK), 0 in
+  TensorFlow and ONNX Runtime, so the export was scored on other embeddings than the SavedModel's."""
+  config = helpers.make_config("triplet", "smoke")
+  model = BUILD_MODEL["triplet"](config)
+  projection = model.get_layer(triplet_model.RAW_EMBEDDING)
+  projection.set_weights([0 * weight for weight in projection.get_weights()])
+  saved_model = triplet_task.export_model(model, str(tmp_path / "saved_model"),
+                                          triplet_data.read_settings(config.data))
+  reference = export.load("saved_model", saved_model)
+  images = tf.random.stateless_uniform([2, 40, 40, 3], [0, 1], maxval=256, dtype=tf.int32)
+  images = tf.cast(images, tf.uint8)
+  for fmt in ("onnx", "litert"):
+    path = str(tmp_path / f"model.{fmt}")
+    export.convert(reference, fmt, path, (40, 40))
+    embeddings = export.load(fmt, path)(images)["embeddings"].numpy()
+    assert embeddings.shape == (2, config.model.embedding_size) and not embeddings.any(), (fmt, embeddings)
 
 
 def test_saved_model_format_and_a_saved_model_input(runs, tmp_path):

@@ -6,6 +6,7 @@ conv2a..conv6a) and a 3x3 convolution, max pooling between stages, global
 average pooling and a dense embedding projected onto the unit sphere.
 """
 import keras
+import tensorflow as tf
 
 from common.nn.layers import BatchNorm, l2_regularizer
 
@@ -24,6 +25,15 @@ def _conv_bn_relu(x, filters, kernel_size, name, weight_decay, bn_momentum, sync
       name=f"{name}_conv")(x)
   x = BatchNorm(momentum=bn_momentum, synchronized=sync_batch_norm, name=f"{name}_bn")(x)
   return keras.layers.ReLU(name=f"{name}_relu")(x)
+
+
+class L2Normalization(keras.layers.Layer):
+  """x / |x| over the last axis, 0 for a zero vector in every runtime. Keras' UnitNormalization
+  computes the same in TensorFlow, but its ops give NaN for a zero vector in LiteRT's XNNPACK; the
+  converter turns l2_normalize into LiteRT's own L2_NORMALIZATION, which gives 0 as TensorFlow does."""
+
+  def call(self, inputs):
+    return tf.math.l2_normalize(inputs, axis=-1)
 
 
 def build_embedding_model(input_shape=(160, 160, 3), embedding_size=128, widths=(64, 128, 256, 256),
@@ -54,7 +64,7 @@ def build_embedding_model(input_shape=(160, 160, 3), embedding_size=128, widths=
   raw = keras.layers.Dense(
       embedding_size, kernel_regularizer=l2_regularizer(weight_decay), dtype="float32",
       name=RAW_EMBEDDING)(x)
-  embedding = keras.layers.UnitNormalization(dtype="float32", name=EMBEDDING)(raw)
+  embedding = L2Normalization(dtype="float32", name=EMBEDDING)(raw)
   return keras.Model(inputs, embedding, name=name)
 
 
