@@ -31,6 +31,23 @@ def get_config(preset=None):
   config.data.ignore_label = 255
   config.data.patch_size = 28  # training patches are patch_size x patch_size, cut from whole images
   config.data.patches_per_image = 8
+  # Training augmentation (segmentation/augment.py), drawn from the seed and each image's place in
+  # the stream, so that a resumed run draws the same; the defaults are off.
+  config.data.augment = ml_collections.ConfigDict()
+  # (low, high): each image and its mask resized by a factor drawn log-uniformly in it before the
+  # crop (bilinear image, nearest mask); (1.0, 1.0) = off.
+  config.data.augment.scale_range = (1.0, 1.0)
+  # Pixels added on every side before the crop (image 0, mask data.ignore_label): crops shift the
+  # scene by up to this much; a scaled-down image is padded with the ignore label up to a patch anyway.
+  config.data.augment.crop_padding = 0
+  config.data.augment.flip = False  # left and right swapped, image and mask together, half the time
+  # Photometric jitter of the image, 0 = off: brightness adds at most this to pixels in [0, 1];
+  # contrast and saturation multiply by a factor in [1 - value, 1 + value]; hue turns by at most
+  # this fraction of the colour wheel.
+  config.data.augment.brightness = 0.0
+  config.data.augment.contrast = 0.0
+  config.data.augment.saturation = 0.0
+  config.data.augment.hue = 0.0
   config.data.normalization = "unit"  # see common/data/normalization.py
   config.data.skip_bad_files = False
   # error | warn: an image id listed twice in a split file (warn keeps the first) or in both split

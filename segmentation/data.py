@@ -32,6 +32,7 @@ from common.data import normalization
 from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
+from segmentation import augment as augment_lib
 from segmentation import input_pipeline
 from segmentation import record_sources
 from segmentation import synthetic
@@ -45,6 +46,19 @@ VOC_CLASS_NAMES = (
 VOC_SPLITS = ("train", "val")
 # Optional, in a VOC root: one class name per line, class 0 first (VOC's own 21 names are known).
 VOC_CLASS_NAMES_FILE = "class_names.txt"
+# data.augment.scale_range's bound: at 4 an image has 16 times its pixels to resize before the crop.
+MAX_SCALE = 4.0
+AUGMENT_CHECKS = {
+    "data.augment.scale_range": config_lib.Check(
+        lambda v: (isinstance(v, (tuple, list)) and len(v) == 2 and all(config_lib.POSITIVE.ok(x) for x in v)
+                   and v[0] <= v[1] <= MAX_SCALE), f"(low, high) with 0 < low <= high <= {MAX_SCALE:g}"),
+    "data.augment.crop_padding": config_lib.NON_NEGATIVE_INT,
+    "data.augment.flip": config_lib.BOOL,
+    "data.augment.brightness": config_lib.FRACTION,
+    "data.augment.contrast": config_lib.FRACTION,
+    "data.augment.saturation": config_lib.FRACTION,
+    "data.augment.hue": config_lib.number(0, 0.5),  # half the colour wheel either way reaches every hue
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +70,7 @@ class DataSettings:
   ignore_label: int
   patch_size: int
   patches_per_image: int
+  augment: augment_lib.Augmentation  # the data.augment section
   normalization: str
   skip_bad_files: bool
   duplicates: str
@@ -95,11 +110,17 @@ def read_settings(data_cfg, for_training=True):
       "data.class_names": config_lib.sequence_of(config_lib.STRING,
                                                  "a sequence of strings (() = the source's names)"),
       "data.npy_pixel_max": config_lib.POSITIVE,
-  })
-  settings = DataSettings(**dict(values, class_names=tuple(values["class_names"])))
+  } | AUGMENT_CHECKS)
+  settings = DataSettings(**dict(values, class_names=tuple(values["class_names"]),
+                                 augment=_read_augmentation(values["augment"])))
   _check_values(settings)
   _check_source_keys(settings, for_training)
   return settings
+
+
+def _read_augmentation(section):
+  values = {field.name: section[field.name] for field in dataclasses.fields(augment_lib.Augmentation)}
+  return augment_lib.Augmentation(**dict(values, scale_range=tuple(values["scale_range"])))
 
 
 def _check_values(settings):
@@ -193,7 +214,7 @@ def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_tr
   train = input_pipeline.make_train(
       train_source, batch_size, seed, patch_size=settings.patch_size,
       patches_per_image=settings.patches_per_image, shuffle_buffer=settings.shuffle_buffer,
-      ignore_label=settings.ignore_label) if for_training else None
+      ignore_label=settings.ignore_label, augmentation=settings.augment) if for_training else None
   eval_batch_size = settings.eval_batch_size if eval_source.image_size else 1
   evaluation = input_pipeline.make_eval(eval_source, settings.ignore_label, pad_multiple, eval_batch_size)
   logging.info("segmentation data: %s, %s eval images, %d classes", settings.source,

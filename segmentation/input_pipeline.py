@@ -1,7 +1,8 @@
 """The two pipelines every segmentation source becomes (segmentation/data.py makes the sources).
 
   train: endless, shuffled with the seed; random patch_size x patch_size crops
-    of image and mask together, several per image, cut inside tf.data;
+    of image and mask together, several per image, cut inside tf.data, with the
+    augmentation of segmentation/augment.py around the crop (none by default);
     yields (uint8 images [B, p, p, 3], int32 labels [B, p, p]).
   eval: whole images in order, padded at the bottom and right to a multiple of
     the model's stride (images with 0, labels with the ignore label); batches
@@ -12,6 +13,7 @@ import collections
 import tensorflow as tf
 
 from common.data import pipeline
+from segmentation import augment
 
 # A source in a uniform shape: read(seed) gives (uint8 image [h, w, 3], uint8
 # mask [h, w]), shuffled and endless with a seed, in order and once with None.
@@ -20,16 +22,20 @@ from common.data import pipeline
 Source = collections.namedtuple("Source", ["read", "size", "image_size", "skipped"], defaults=[()])
 
 
-def make_train(source, batch_size, seed, *, patch_size, patches_per_image, shuffle_buffer, ignore_label):
+def make_train(source, batch_size, seed, *, patch_size, patches_per_image, shuffle_buffer, ignore_label,
+               augmentation=augment.Augmentation()):
   """Batches of patches of the source's images and masks (data.patch_size, data.patches_per_image,
-  data.shuffle_buffer; masks padded with ignore_label where an image is smaller than a patch)."""
+  data.shuffle_buffer; masks padded with ignore_label where an image is smaller than a patch),
+  augmented as augmentation (an augment.Augmentation, data.augment) says."""
   # Records that are patches already need no more than one (identity) crop.
   count = 1 if source.image_size == (patch_size, patch_size) else patches_per_image
 
   def crop(index, example):
     image, mask = example
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    return pipeline.sample_patches(image, mask, patch_size, count, element_seed, ignore_label)
+    image, mask = augment.before_crop(image, mask, augmentation, element_seed, ignore_label)
+    images, masks = pipeline.sample_patches(image, mask, patch_size, count, element_seed, ignore_label)
+    return augment.distort_colours(images, augmentation, element_seed), masks
 
   def to_int32(images, masks):
     return images, tf.cast(masks, tf.int32)

@@ -59,6 +59,11 @@ OWN = {
         ("data.eval_batch_size", 0), ("data.eval_max_pixels", 0), ("data.eval_fraction", 1.0),
         ("data.duplicates", "maybe"), ("data.image_size", 0), ("data.num_train_images", 0),
         ("data.num_eval_images", 0),
+        ("data.augment.scale_range", (2.0, 0.5)), ("data.augment.scale_range", (0.0, 1.0)),
+        ("data.augment.scale_range", (1.0,)), ("data.augment.scale_range", (0.5, 8.0)),  # at most 4
+        ("data.augment.scale_range", ("0.5", 2.0)), ("data.augment.crop_padding", -1),
+        ("data.augment.flip", None), ("data.augment.brightness", 1.0),
+        ("data.augment.contrast", -0.1), ("data.augment.saturation", 1.5), ("data.augment.hue", 0.6),
         ("model.widths", ()), ("model.widths", (-8, 16)), ("model.widths", ("",)),  # "" from the CLI
         ("model.widths", ("8", 16)), ("model.widths", (8.5, 16)), ("model.widths", (True, 8)),
         ("model.widths", None), ("model.weight_decay", -1e-4), ("model.sync_batch_norm", None),
