@@ -88,7 +88,19 @@ def get_config(preset=None):
   config.model.sync_batch_norm = False
 
   config.loss = ml_collections.ConfigDict()
-  config.loss.class_weights = ()  # () = all 1; else one weight per class
+  config.loss.class_weights = ()  # () = all 1; else one weight per class, in every term below
+  # The loss is a weighted sum of terms (segmentation/losses.py), as the field combines them
+  # (cross-entropy plus Dice or Lovász); a weight of 0 leaves its term out. The pixels' cross-entropy:
+  config.loss.cross_entropy_weight = 1.0
+  # Online hard-example mining: the cross-entropy of the hard pixels only, those whose probability of
+  # their true class is below ohem_threshold, and never fewer than the ohem_min_kept hardest per patch.
+  config.loss.ohem = False
+  config.loss.ohem_threshold = 0.7
+  config.loss.ohem_min_kept = 100
+  # Terms per class, where a class of few pixels counts as much as the background: soft Dice (1 - F1)
+  # and Lovász-softmax (a convex surrogate of 1 - IoU, the mIoU's own term).
+  config.loss.dice_weight = 0.0
+  config.loss.lovasz_weight = 0.0
 
   presets = {
       # The synthetic scenes' colours are random, so the network has to learn shapes and textures:

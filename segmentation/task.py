@@ -4,6 +4,8 @@ Images travel as uint8 from the files to the model, which normalizes them in
 its first layer, so training, evaluation of a checkpoint, evaluation of the
 SavedModel and prediction all take the same input.
 """
+import functools
+
 import numpy as np
 import tensorflow as tf
 
@@ -41,6 +43,12 @@ def validate_config(config, for_training=True):
       "model.output_stride": config_lib.POSITIVE_INT,
       "loss.class_weights": config_lib.sequence_of(config_lib.NON_NEGATIVE,
                                                    "a sequence of numbers >= 0 (() = all 1)"),
+      "loss.cross_entropy_weight": config_lib.NON_NEGATIVE,
+      "loss.ohem": config_lib.BOOL,
+      "loss.ohem_threshold": config_lib.number(0, 1),
+      "loss.ohem_min_kept": config_lib.NON_NEGATIVE_INT,
+      "loss.dice_weight": config_lib.NON_NEGATIVE,
+      "loss.lovasz_weight": config_lib.NON_NEGATIVE,
   })
   stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
   if settings.patch_size % stride:
@@ -53,14 +61,37 @@ def validate_config(config, for_training=True):
                       f"{settings.num_classes}")
   if weights and not any(weights):
     raise ConfigError(f"loss.class_weights={weights} are all 0: the loss would be 0 and nothing would train")
+  loss = config.loss
+  if not (loss.cross_entropy_weight or loss.dice_weight or loss.lovasz_weight):
+    raise ConfigError(f"loss.cross_entropy_weight={loss.cross_entropy_weight}, loss.dice_weight="
+                      f"{loss.dice_weight} and loss.lovasz_weight={loss.lovasz_weight} are all 0: the loss "
+                      "would be 0 and nothing would train")
+  if loss.ohem and not (loss.ohem_threshold or loss.ohem_min_kept):
+    raise ConfigError("loss.ohem_threshold=0 and loss.ohem_min_kept=0 keep no pixel: online hard-example "
+                      "mining needs one of them above 0")
   return settings
 
 
-def make_loss_fn(ignore_label, class_weights):
+def make_loss_fn(ignore_label, loss_cfg):
+  """The loss section's terms (segmentation/losses.py), weighted and summed; with more than one term,
+  each is also a training scalar (loss_<term>)."""
+  class_weights = tuple(loss_cfg.class_weights) or None
+  cross_entropy = losses.pixel_cross_entropy
+  if loss_cfg.ohem:
+    cross_entropy = functools.partial(losses.ohem_cross_entropy, threshold=loss_cfg.ohem_threshold,
+                                      min_kept=loss_cfg.ohem_min_kept)
+  terms = {name: (weight, fn) for name, weight, fn in (
+      ("cross_entropy", loss_cfg.cross_entropy_weight, cross_entropy),
+      ("dice", loss_cfg.dice_weight, losses.dice_loss),
+      ("lovasz", loss_cfg.lovasz_weight, losses.lovasz_softmax)) if weight}
+
   def loss_fn(model, batch, training):
     images, labels = batch
     logits = model(images, training=training)
-    return losses.pixel_cross_entropy(labels, logits, ignore_label, class_weights), {}
+    values = {name: fn(labels, logits, ignore_label, class_weights=class_weights)
+              for name, (_, fn) in terms.items()}
+    loss = tf.add_n([weight * values[name] for name, (weight, _) in terms.items()])
+    return loss, {f"loss_{name}": value for name, value in values.items()} if len(values) > 1 else {}
   return loss_fn
 
 
@@ -168,7 +199,7 @@ def make_task(config, workdir, for_training=True):
       build_model=lambda: build_model(config, settings),
       make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
-      loss_fn=make_loss_fn(settings.ignore_label, tuple(config.loss.class_weights) or None),
+      loss_fn=make_loss_fn(settings.ignore_label, config.loss),
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["logits"],

@@ -70,6 +70,10 @@ OWN = {
         ("model.output_stride", 0), ("model.output_stride", 3),  # 3: patch 28 is not a multiple of 12
         ("loss.class_weights", (1.0, -1.0, 1.0, 1.0, 1.0)), ("loss.class_weights", (0, 0, 0, 0, 0)),
         ("loss.class_weights", (1.0, 2.0)), ("loss.class_weights", ("a",) * 5),
+        ("loss.cross_entropy_weight", -1.0), ("loss.cross_entropy_weight", 0.0),  # 0: no term left
+        ("loss.ohem", None), ("loss.ohem_threshold", 1.5), ("loss.ohem_threshold", math.nan),
+        ("loss.ohem_min_kept", -1), ("loss.ohem_min_kept", True), ("loss.dice_weight", -0.5),
+        ("loss.dice_weight", None), ("loss.lovasz_weight", math.inf), ("loss.lovasz_weight", None),
     ],
     "triplet": [
         ("loss.name", "triplet"), ("loss.margin", -0.1), ("loss.squared", None),

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common.contract.errors import ConfigError
+from helpers import make_config
 from segmentation import losses
+from segmentation import task
 
 IGNORE = 255
 NUM_CLASSES = 4
@@ -205,3 +208,9 @@ def test_gradient_descent_on_the_logits_fits_the_labels(name):
   assert float(loss) < 0.5 * first
   assert np.all(np.argmax(logits.numpy(), axis=-1)[valid] == labels[valid])
 
+
+def test_ohem_that_keeps_no_pixel_is_one_line_naming_both_keys():
+  config = make_config("segmentation", "smoke", **{"loss.ohem": True, "loss.ohem_threshold": 0.0,
+                                                   "loss.ohem_min_kept": 0})
+  with pytest.raises(ConfigError, match=r"^loss\.ohem_threshold=0 and loss\.ohem_min_kept=0 keep no pixel[^\n]*$"):
+    task.validate_config(config)
