@@ -226,8 +226,8 @@ def estimate_trainer(trainer, args, workdir):
   for phase in task.make_phases(model, config.mixed_precision):
     if phase.prepare:
       phase.prepare()
-    estimate = memory_estimate.estimate(model, config.train.batch_size, config.mixed_precision,
-                                        input_shapes=input_shapes)
+    estimate = memory_estimate.estimate(model, config.train.batch_size // config.train.accumulate_steps,
+                                        config.mixed_precision, input_shapes=input_shapes)
     estimates[phase.name] = dataclasses.asdict(estimate) | {"total": estimate.total}
     lines += [f"phase {phase.name}:", estimate.format_table(budget_bytes=BUDGET_MB * memory_estimate.MIB)]
   keras.mixed_precision.set_global_policy("float32")

@@ -98,7 +98,9 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
       phase.prepare()
     with strategy.scope():
       phase.optimizer.build(model.trainable_variables)
-    estimates.append(memory_estimate.estimate(model, batch_size, mixed, input_shapes=input_shapes))
+    # The activations of one micro-batch are held at a time (train.accumulate_steps).
+    estimates.append(memory_estimate.estimate(model, batch_size // config.train.accumulate_steps, mixed,
+                                              input_shapes=input_shapes))
     step_flops = flops_lib.count_training_flops(model, batch_size, input_shapes)
     for xla in (False, True):
       name = precision + ("+xla" if xla else "")
@@ -109,7 +111,8 @@ def benchmark_precision(task, eval_inputs, config, strategy, mixed, settings, ma
       if device:
         tf.config.experimental.reset_memory_stats(device)
       step_fn = train_step.make_train_step(model, phase.optimizer, task.loss_fn, strategy,
-                                              config.optimizer.clipnorm, jit_compile=xla)
+                                              config.optimizer.clipnorm, jit_compile=xla,
+                                              accumulate_steps=config.train.accumulate_steps)
       first, seconds, steps = timing.time_train_step(step_fn, replica_batches, settings)
       timing.progress(f"{name} {phase.name}: the trainer's loop")
       loop_steps = settings.steps or max(steps, math.ceil(timing.LOOP_WINDOW_S / seconds))

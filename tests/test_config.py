@@ -25,6 +25,7 @@ SHARED = [
     ("train.batch_size", 0), ("train.num_steps", 0), ("train.num_steps", True),
     ("train.log_every", 0), ("train.eval_every", -1), ("train.checkpoint_every", 0),
     ("train.keep_checkpoints", 0), ("train.steps_per_loop", 0), ("train.max_consecutive_nonfinite", 0),
+    ("train.accumulate_steps", 0), ("train.accumulate_steps", -2),
     ("train.stall_update_ratio", -1.0), ("train.stall_update_ratio", math.nan),
     ("train.stall_timeout_s", -1.0), ("train.seconds_per_loop", -1.0), ("train.stall_timeout_s", math.inf),
     ("train.on_stall", "hang"),

@@ -73,11 +73,12 @@ def phase_figures(trainer, preset, tmp_path, mixed=None, overrides=()):
   keras.mixed_precision.set_global_policy("mixed_float16" if mixed else "float32")
   model = task.build_model()
   batch_size = config.train.batch_size
+  micro_batch = batch_size // config.train.accumulate_steps  # whose activations are held at a time
   figures = {}
   for phase in task.make_phases(model, mixed):
     if phase.prepare:
       phase.prepare()
-    estimate = memory_estimate.estimate(model, batch_size, mixed, input_shapes=input_shapes)
+    estimate = memory_estimate.estimate(model, micro_batch, mixed, input_shapes=input_shapes)
     figures[phase.name] = (estimate.total / memory_estimate.MIB,
                            flops.count_training_flops(model, batch_size, input_shapes) / 1e9)
   keras.mixed_precision.set_global_policy("float32")
@@ -112,6 +113,9 @@ def test_benchmark_and_4gb_tables_match_the_code(trainer, tmp_path):
   for phase, row in rows.items():
     what = f"4 GB table, {row['preset']}"
     assert_shown(row["batch"], config.train.batch_size, what + ", batch")
+    if config.train.accumulate_steps > 1:
+      micro = f"{config.train.accumulate_steps} x {config.train.batch_size // config.train.accumulate_steps}"
+      assert micro in row["batch"], f"README.md {what}: the batch is computed as {micro}"
     assert f"{shape[0]}x{shape[1]}" in row["batch"], f"README.md {what}: the input is {shape}"
     estimate, _ = figures[phase]
     assert_shown(row["estimate"], estimate, what + ", estimate")

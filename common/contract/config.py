@@ -34,6 +34,9 @@ def base_config():
 
   config.train = ml_collections.ConfigDict()
   config.train.batch_size = 32
+  # Gradient accumulation: each step's batch is cut into this many micro-batches, whose averaged
+  # gradients make its one update: a batch of train.batch_size within the memory of a micro-batch.
+  config.train.accumulate_steps = 1
   config.train.num_steps = 1000
   config.train.log_every = 50
   config.train.eval_every = 500
@@ -244,9 +247,9 @@ def validate_config(config):
       "seed": integer(0, 2**32 - 1),  # NumPy's seed range
       "deterministic": BOOL,
       "mixed_precision": BOOL,
-      **dict.fromkeys(["train.batch_size", "train.num_steps", "train.log_every", "train.eval_every",
-                       "train.checkpoint_every", "train.keep_checkpoints", "train.steps_per_loop",
-                       "train.max_consecutive_nonfinite", "optimizer.decay_steps",
+      **dict.fromkeys(["train.batch_size", "train.accumulate_steps", "train.num_steps", "train.log_every",
+                       "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+                       "train.steps_per_loop", "train.max_consecutive_nonfinite", "optimizer.decay_steps",
                        "summaries.scalars_every", "summaries.images_every",
                        "summaries.histograms_every", "summaries.max_summary_bytes"], POSITIVE_INT),
       "train.stall_update_ratio": NON_NEGATIVE,

@@ -38,14 +38,14 @@ class Cluster:
   `out`: the workdir on the chief, a temporary folder on the other workers (chief_path).
   """
 
-  def __init__(self, strategy, workdir, out, global_batch):
+  def __init__(self, strategy, workdir, out, global_batch, accumulate_steps=1):
     self.strategy = strategy
     self.workdir = workdir
     self.out = out
     self.chief = out == workdir
     self.workers = hardware.num_workers(strategy)
     self.index = hardware.worker_index(strategy)
-    self.batch_sizes = batch_sizes(global_batch, strategy, self.workers)
+    self.batch_sizes = batch_sizes(global_batch, strategy, self.workers, accumulate_steps)
     # Several workers stop together, after a call that tells each of them about a signal.
     self._stop_flag = tf.Variable(0.0, trainable=False, name="stop_flag") if self.workers > 1 else None
     self._input_to_log = self.workers > 1  # a batch's digest, once a run, tells what each worker read
@@ -135,18 +135,24 @@ class Cluster:
                    step, batch_digest(batch))
 
 
-def batch_sizes(global_batch, strategy, workers):
-  """train.batch_size is the global batch: each worker reads its share, each replica a share of that."""
+def batch_sizes(global_batch, strategy, workers, accumulate_steps=1):
+  """train.batch_size is the global batch: each worker reads its share, each replica a share of that,
+  which it computes in train.accumulate_steps micro-batches."""
   replicas = strategy.num_replicas_in_sync
   if global_batch % replicas:
     raise ConfigError(f"train.batch_size={global_batch} (the global batch) is not divisible by the "
                       f"{replicas} replicas ({workers} worker(s) x {replicas // workers})")
+  if (global_batch // replicas) % accumulate_steps:
+    raise ConfigError(f"train.accumulate_steps={accumulate_steps} does not divide the "
+                      f"{global_batch // replicas} examples per replica (train.batch_size={global_batch} over {replicas} replica(s))")
   sizes = {"strategy": type(strategy).__name__, "workers": workers, "replicas": replicas,
            "global_batch": global_batch, "per_worker_batch": global_batch // workers,
-           "per_replica_batch": global_batch // replicas}
-  logging.info("batch: global %d (train.batch_size) = %d worker(s) x %d replica(s) each x %d per replica; "
+           "per_replica_batch": global_batch // replicas, "accumulate_steps": accumulate_steps}
+  logging.info("batch: global %d (train.batch_size) = %d worker(s) x %d replica(s) each x %d per replica%s; "
                "each worker reads %d per step (%s)", global_batch, workers, replicas // workers,
-               sizes["per_replica_batch"], sizes["per_worker_batch"], sizes["strategy"])
+               sizes["per_replica_batch"],
+               f" in {accumulate_steps} micro-batches of {global_batch // replicas // accumulate_steps}"
+               if accumulate_steps > 1 else "", sizes["per_worker_batch"], sizes["strategy"])
   return sizes
 
 

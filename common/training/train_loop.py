@@ -131,8 +131,9 @@ def train(config, workdir, *, strategy, model, phases, task, command_line=None):
   """
   with signals_lib.recording(), distributed.chief_path(workdir, strategy) as out, \
       workdir_lib.locked(out, retryable=hardware.num_workers(strategy) > 1):
-    run = _start_run(config, distributed.Cluster(strategy, workdir, out, config.train.batch_size),
-                     model, phases, task)
+    cluster = distributed.Cluster(strategy, workdir, out, config.train.batch_size,
+                                  config.train.accumulate_steps)
+    run = _start_run(config, cluster, model, phases, task)
     started = time.time()
     exit_on_stall = _exit_on_stall(config.train, run.cluster)
     with diagnostics.Watchdog(config.train.stall_timeout_s, exit_on_stall) as watchdog:
@@ -269,7 +270,7 @@ class _CompiledCalls:
     train_cfg = run.config.train
     train_step = train_step_lib.make_train_step(run.model, phase.optimizer, run.task.loss_fn,
                                                 run.cluster.strategy, run.config.optimizer.clipnorm,
-                                                train_cfg.jit_compile)
+                                                train_cfg.jit_compile, train_cfg.accumulate_steps)
     self._loop, self._names = make_train_loop(train_step, run.checkpoint.iterator, run.cluster,
                                               run.checkpoint.step, train_cfg.max_consecutive_nonfinite)
     self._run = run

@@ -11,7 +11,8 @@ import tensorflow as tf
 from common.training import evaluation
 
 
-def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False):
+def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False,
+                    accumulate_steps=1):
   """The compiled step: (distributed batch) -> metrics, updating model and optimizer in place.
 
   Clipping by global norm happens here, on the gradient summed over replicas:
@@ -19,20 +20,47 @@ def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compi
   loss is its mean over its part of the batch divided by the number of replicas
   (the loss of the global batch), and its regularization is divided the same
   way, so that the sum over replicas counts it once (tf.nn.scale_regularization_loss).
+
+  accumulate_steps=k: each replica's part is cut into k micro-batches, whose gradients are
+  averaged before the one update (the activations of one micro-batch are held at a time). For a
+  loss that is a mean over examples and a model without BatchNorm this is the update of the whole
+  batch; BatchNorm normalizes each micro-batch by its own statistics and moves its averages k
+  times per step.
   """
   variables = model.trainable_variables
   statistics = evaluation.batch_norm_statistics(model)
   replicas = strategy.num_replicas_in_sync
 
-  def replica_step(batch):
-    context = tf.distribute.get_replica_context()
-    saved_statistics = [tf.identity(v) for v in statistics]
+  def gradients(batch):
+    """(loss, metrics, regularization, gradients of the scaled total) of one micro-batch."""
     with tf.GradientTape() as tape:
       loss, metrics = loss_fn(model, batch, True)
       regularization = tf.add_n([tf.cast(l, tf.float32) for l in model.losses]) if model.losses else 0.0
-      total = loss + regularization
-      scaled = optimizer.scale_loss(total / replicas)
-    grads = tape.gradient(scaled, variables)
+      scaled = optimizer.scale_loss((loss + regularization) / replicas)
+    return loss, metrics, regularization, tape.gradient(scaled, variables)
+
+  def accumulated(batch):
+    """gradients() averaged over the batch's accumulate_steps micro-batches, one after another.
+    Unrolled (tracing grows with the count): a device loop inside the loop of steps trips Grappler
+    (AddOpsRewrite's temporary variables collide in the nested frames: AlreadyExistsError on
+    Inception V4)."""
+    micro = tf.nest.map_structure(
+        lambda t: tf.reshape(t, tf.concat([[accumulate_steps, -1], tf.shape(t)[1:]], 0)), batch)
+    sums = None
+    for i in range(accumulate_steps):
+      # A micro-batch is read once the previous one's gradients are summed, so that the executor
+      # does not run the forward passes side by side (holding every micro-batch's activations).
+      with tf.control_dependencies(tf.nest.flatten(sums) if sums else []):
+        part = tf.nest.map_structure(lambda t: t[i], micro)  # pylint: disable=cell-var-from-loop
+      found = gradients(part)
+      sums = found if sums is None else tf.nest.map_structure(tf.add, sums, found)
+    return tf.nest.map_structure(lambda t: t / accumulate_steps, sums)
+
+  def replica_step(batch):
+    context = tf.distribute.get_replica_context()
+    saved_statistics = [tf.identity(v) for v in statistics]
+    loss, metrics, regularization, grads = (accumulated if accumulate_steps > 1 else gradients)(batch)
+    total = loss + regularization
     if replicas > 1:
       grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
     finite = tf.logical_and(tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads]),
