@@ -52,7 +52,8 @@ def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
     run_log.keep_in(os.path.join(report_dir, "eval.log"))
   evaluation = task.evaluate(predict, bool(saved_model))
   if report_dir:
-    evaluation.write(report_dir)
+    with workdir_lib.writing(report_dir, flag="--report_dir"):  # a disk that fills up on the way
+      evaluation.write(report_dir)
   return evaluation
 
 
