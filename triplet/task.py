@@ -204,15 +204,30 @@ def export_threshold(model, evaluate, workdir):
   results = evaluate(make_predict_fn(model), False).metrics
   if VERIFICATION_THRESHOLD not in results:
     return None
-  try:
-    with open(os.path.join(workdir, "metrics.json")) as f:
-      record = json.load(f)
-  except (OSError, ValueError):  # a worker other than the chief, whose export is not kept
-    record = {}
-  step = (record.get("best") or {}).get("step", record.get("step", -1))
+  step = _weights_step(workdir)
   logging.info("the export carries the verification threshold %.4f of its weights (step %d)",
                results[VERIFICATION_THRESHOLD], step)
-  return {"threshold": float(results[VERIFICATION_THRESHOLD]), "step": int(step)}
+  return {"threshold": float(results[VERIFICATION_THRESHOLD]), "step": step}
+
+
+def _weights_step(workdir):
+  """The step of the weights an export holds, from the run's metrics.json ("best", else the last
+  step); -1 when it does not say: missing (a worker other than the chief, whose export is not kept)
+  or, with a warning, unreadable or of other types (an edited file; scripts/export.py reads it)."""
+  path = os.path.join(workdir, "metrics.json")
+  if not os.path.lexists(path):
+    return -1
+  fix = "the export's threshold carries no step (-1)"
+  try:
+    record = config_lib.read_json_object(path, fix)
+    key, step = ("best.step", record["best"].get("step")) if isinstance(record.get("best"), dict) else (
+        "step", record.get("step"))
+    if isinstance(step, bool) or not isinstance(step, int):
+      raise DataError(f"{path}: {key} is {json.dumps(step)}, not a step; {fix}")
+  except DataError as e:
+    logging.warning("%s", e)
+    return -1
+  return step
 
 
 def projector_points(paths, load_size, batch_size):
