@@ -4,9 +4,10 @@ names and probabilities, printed as a table and with --output written as CSV.
 python -m inception_finetune.predict --workdir=runs/dogs photo.jpg
 python -m inception_finetune.predict --saved_model=runs/dogs/saved_model --top_k=3 --output=runs/dogs_top3.csv photos/
 
-Photos of any size, format and colour mode (a folder stands for its photos, sorted) get the
-evaluation's preprocessing (central crop data.central_fraction, TF-Slim's bilinear resize to
-data.image_size, [-1, 1]) and are read as a photo viewer shows them (their EXIF orientation applied).
+Photos of any format and colour mode (a folder stands for its photos, sorted) get the evaluation's
+preprocessing (central crop data.central_fraction, TF-Slim's bilinear resize to data.image_size,
+[-1, 1]) and are read as a photo viewer shows them (their EXIF orientation applied); one over
+--max_pixels is refused before the model loads.
 
 --workdir reads a training run: its own config.json (--config.key=value on top), its classes
 (labels.txt) and the weights of its best evaluation (best/) or else of its newest checkpoint; as in
@@ -75,16 +76,17 @@ def load_workdir(workdir, config):
   return probabilities, names
 
 
-def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=None):
+def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=None, max_pixels=None):
   """Prints (and with output writes as CSV) the top_k classes of each photo; returns the rows
-  [photo, rank, class id, class name, probability]."""
+  [photo, rank, class id, class name, probability]. Photos over max_pixels (default
+  photos.MAX_PIXELS) are refused."""
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
-  paths = predict_lib.photo_paths(paths)
+  paths = predict_lib.photo_paths(paths, max_pixels)
   predict_lib.check_paths(saved_model, {"--output": predict_lib.folder_of(output)})
   probabilities, names = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
   rows = []
-  for path, image in predict_lib.read_photos(paths):
+  for path, image in predict_lib.read_photos(paths, max_pixels):
     scores = probabilities(image)
     for rank, class_id in enumerate(np.argsort(-scores, kind="stable")[:top_k], 1):
       rows.append([path, rank, int(class_id), names[class_id], float(scores[class_id])])
@@ -97,12 +99,13 @@ def main(argv):
     raise ConfigError("no photo given: name one or more photos or folders after the flags")
   workdir = _WORKDIR.value
   classify(argv[1:], cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value), workdir=workdir,
-           saved_model=_SAVED_MODEL.value, top_k=_TOP_K.value, output=_OUTPUT.value)
+           saved_model=_SAVED_MODEL.value, top_k=_TOP_K.value, output=_OUTPUT.value,
+           max_pixels=_MAX_PIXELS.value)
 
 
 if __name__ == "__main__":
-  _CONFIG, _WORKDIR, _SAVED_MODEL = predict_lib.define_flags("inception_finetune", "configs/inception_v4.py",
-                                                             "runs/inception_v4")
+  _CONFIG, _WORKDIR, _SAVED_MODEL, _MAX_PIXELS = predict_lib.define_flags(
+      "inception_finetune", "configs/inception_v4.py", "runs/inception_v4")
   _TOP_K = flags.DEFINE_integer("top_k", 5, "How many classes to show per photo.")
   _OUTPUT = flags.DEFINE_string("output", None, "Also write the table as CSV here.")
   cli.run(main)

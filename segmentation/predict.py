@@ -6,7 +6,8 @@ python -m segmentation.predict --saved_model=runs/segmentation/saved_model --out
 
 --workdir reads a training run: its own config.json (--config.key=value on top), and the weights of
 its best evaluation (best/, with train.best_metric) or else of its newest checkpoint; --saved_model
-reads an export. Photos are read as a photo viewer shows them (their EXIF orientation applied).
+reads an export. Photos are read as a photo viewer shows them (their EXIF orientation applied); one
+over --max_pixels is refused before the model loads.
 """
 from common.runtime import process
 
@@ -58,13 +59,14 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   <name>_overlay.png (the image beside its prediction, a legend) per image; returns the mask paths.
   The model: the SavedModel, else the workdir's weights with config (the run's); paths: photos or
   folders of them; max_pixels: larger images are refused, default config.data.eval_max_pixels."""
-  predict_lib.check_paths(saved_model, {"--output_dir": output_dir})
   settings = data_lib.read_settings(config.data, for_training=False)
-  paths = predict_lib.photo_paths(paths, max_pixels or settings.eval_max_pixels)
+  max_pixels = max_pixels or settings.eval_max_pixels
+  paths = predict_lib.photo_paths(paths, max_pixels)
+  predict_lib.check_paths(saved_model, {"--output_dir": output_dir})
   classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config, settings)
   written = []
   said = lambda done: f"the masks of the first {done} are in {output_dir}; run the command on the others"
-  for path, image in predict_lib.read_photos(paths, said):
+  for path, image in predict_lib.read_photos(paths, max_pixels, said):
     class_ids, names = classify(tf.convert_to_tensor(image[None]))
     class_ids = class_ids[0].numpy().astype(np.uint8)
     stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
@@ -89,10 +91,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  _CONFIG, _WORKDIR, _SAVED_MODEL = predict_lib.define_flags("segmentation", "configs/segmentation.py",
-                                                             "runs/segmentation")
+  _CONFIG, _WORKDIR, _SAVED_MODEL, _MAX_PIXELS = predict_lib.define_flags(
+      "segmentation", "configs/segmentation.py", "runs/segmentation",
+      max_pixels_default="the config's data.eval_max_pixels (a whole image's activations grow with its pixels)")
   _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
-  _MAX_PIXELS = flags.DEFINE_integer("max_pixels", None, "Larger images are refused before the model "
-                                     "loads (a whole image's activations grow with its pixels); default "
-                                     "the config's data.eval_max_pixels.")
   cli.run(main)

@@ -31,8 +31,8 @@ def run_cli(args):
 @pytest.mark.parametrize("module, config, own_flags", [
     ("segmentation.train", "segmentation", ["--config", "--workdir"]),
     ("triplet.evaluate", "triplet", ["--config", "--workdir", "--saved_model", "--report_dir"]),
-    ("segmentation.predict", "segmentation", ["--config", "--workdir", "--saved_model", "--output_dir",
-                                              "--max_pixels"]),
+    ("segmentation.predict", "segmentation", ["--config", "--workdir", "--saved_model", "--max_pixels",
+                                              "--output_dir"]),
 ])
 def test_help_exits_0_listing_the_flags_and_presets(module, config, own_flags):
   result = run_cli(["-m", module, "--help"])

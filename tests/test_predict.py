@@ -1,12 +1,13 @@
 """The trainers' predict commands, in one interpreter: a photo stored turned with EXIF orientation 6
 predicts as the upright photo does (segmentation's mask, Inception's classes, triplet's embedding);
 triplet's compare uses the verification threshold the run chose, from metrics.json (--workdir) and
-from the SavedModel (--saved_model); bad files and flags are one line. The README's command lines
-run in tests/test_readme_commands.py."""
+from the SavedModel (--saved_model); bad files and flags are one line, a photo over --max_pixels
+refused before the model loads. The README's command lines run in tests/test_readme_commands.py."""
 import json
 import os
 import shutil
 import sys
+import warnings
 
 import numpy as np
 from PIL import Image
@@ -17,6 +18,7 @@ from common.app import cli
 from common.app import export as export_lib
 from common.contract import config as config_lib
 from common.data import class_labels
+from common.data import photos
 from common.training import checkpoints
 import helpers
 from inception_finetune import predict as inception_predict
@@ -60,13 +62,29 @@ def write_run(trainer, workdir, model, config, directory="checkpoints"):
 
 
 def error_line(capsys, function, *args, **kwargs):
-  """The one `error:` line of function(*args, **kwargs) behind the commands' guard, exit 2."""
+  """The last `error:` line of function(*args, **kwargs) behind the commands' guard, exit 2."""
+  return stopped(capsys, function, *args, **kwargs)[1][-1]
+
+
+def stopped(capsys, function, *args, **kwargs):
+  """(stdout, the stderr lines) of function(*args, **kwargs) behind the commands' guard, which ends
+  it with exit code 2 and an `error:` line."""
   capsys.readouterr()
   with pytest.raises(SystemExit) as exit_info:
     cli.run_guarded(lambda: function(*args, **kwargs))
-  lines = capsys.readouterr().err.strip().splitlines()
+  captured = capsys.readouterr()
+  lines = captured.err.strip().splitlines()
   assert exit_info.value.code == 2 and lines[-1].startswith("error: "), lines
-  return lines[-1]
+  return captured.out, lines
+
+
+def stand_in_saved_model(root):
+  """A folder that passes the checks made before a SavedModel loads (its saved_model.pb empty):
+  loading it fails, so a line that comes first is the one a command gives."""
+  folder = root / "stand_in_saved_model"
+  folder.mkdir()
+  (folder / "saved_model.pb").write_bytes(b"")
+  return str(folder)
 
 
 def test_segmentation_predicts_an_exif_photo_as_shown(tmp_path, caplog):
@@ -222,6 +240,74 @@ def test_bad_photos_and_flags_are_one_line(triplet_run, tmp_path, capsys):
   assert not (tmp_path / "e.npy").exists()
 
 
+def over_max_pixels(path, size, pixels, bound):
+  """The line of a photo over --max_pixels."""
+  return (f"error: {path}: {size} is {pixels} pixels, more than --max_pixels={bound}, the bound on the memory "
+          "of one whole image; resize it or raise --max_pixels")
+
+
+def test_a_photo_over_max_pixels_is_one_line_for_every_predict_before_the_model_loads(tmp_path, capsys,
+                                                                                        monkeypatch):
+  """A 12000x12000 photo, over PIL's own bound (whose DecompressionBombWarning no command lets out),
+  beside a good one: every predict refuses it from its header before the model loads (a stand-in
+  that would not load), by --max_pixels (segmentation's default data.eval_max_pixels, the others'
+  PIL's bound), and makes nothing. The bound takes the place of PIL's: a photo under it is read."""
+  huge, gallery, out = tmp_path / "huge.png", tmp_path / "gallery", tmp_path / "out"
+  Image.new("1", (12000, 12000)).save(huge)  # 1 bit a pixel: quick to write
+  gallery.mkdir()
+  shutil.copy(huge, gallery)
+  photo = write_photos(tmp_path)[0]  # 48x64
+  saved_model = stand_in_saved_model(tmp_path)
+  triplet = helpers.make_config("triplet", "smoke")
+  cases = [  # (the call, its line)
+      (lambda: segmentation_predict.predict_files([photo, str(huge)], str(out / "masks"),
+                                                  helpers.make_config("segmentation", "smoke"),
+                                                  saved_model=saved_model),
+       over_max_pixels(huge, "12000x12000", "144,000,000", "8,388,608")),
+      (lambda: inception_predict.classify([photo, str(huge)], helpers.make_config("inception_v4", "smoke"),
+                                          saved_model=saved_model, output=str(out / "top.csv")),
+       over_max_pixels(huge, "12000x12000", "144,000,000", "89,478,485")),
+      (lambda: triplet_predict.run([photo, str(huge)], triplet, saved_model=saved_model,
+                                   embed_path=str(out / "e.npy")),
+       over_max_pixels(huge, "12000x12000", "144,000,000", "89,478,485")),
+      (lambda: triplet_predict.run([photo], triplet, saved_model=saved_model, gallery=str(gallery)),
+       over_max_pixels(gallery / "huge.png", "12000x12000", "144,000,000", "89,478,485")),
+      (lambda: triplet_predict.run([photo, photo], triplet, saved_model=saved_model, compare_two=True,
+                                   max_pixels=3000),
+       over_max_pixels(photo, "48x64", "3,072", "3,000")),
+  ]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for call, said in cases:
+      assert stopped(capsys, call)[1] == [said]
+  assert not [w for w in caught if issubclass(w.category, Image.DecompressionBombWarning)]
+  assert not out.exists()
+  monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # PIL would refuse the photo (twice as many)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert photos.read_photo(photo, 3072)[0].shape == (48, 64, 3)
+  assert Image.MAX_IMAGE_PIXELS == 1000
+
+
+def test_every_predict_command_has_max_pixels_and_no_pil_warning_reaches_the_user(tmp_path):
+  """--max_pixels is defined once for the three predict commands: Inception refuses a 12000x12000
+  photo by its default (PIL's bound, whose DecompressionBombWarning is not printed), triplet takes
+  the flag; before the model loads, nothing made."""
+  huge, small, saved_model = tmp_path / "huge.png", tmp_path / "small.png", stand_in_saved_model(tmp_path)
+  Image.new("1", (12000, 12000)).save(huge)
+  Image.new("RGB", (60, 100)).save(small)
+  for args, said in (
+      (["inception_finetune.predict", f"--output={tmp_path / 'out' / 'top.csv'}", str(small), str(huge)],
+       over_max_pixels(huge, "12000x12000", "144,000,000", "89,478,485")),
+      (["triplet.predict", "--max_pixels=5000", "--compare", str(small), str(small)],
+       over_max_pixels(small, "100x60", "6,000", "5,000"))):
+    result = helpers.run_python(["-m", args[0], f"--saved_model={saved_model}", *args[1:]])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and errors == [said], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "DecompressionBomb" not in result.stderr, result.stderr[-3000:]
+  assert sorted(os.listdir(tmp_path)) == ["huge.png", "small.png", "stand_in_saved_model"]
+
+
 def test_the_workdirs_threshold_says_its_step_and_when_there_is_none(tmp_path, caplog):
   metrics = tmp_path / "metrics.json"
   metrics.write_text(json.dumps({"eval": {"verification_threshold": 0.5, "step": 30}}))
@@ -286,7 +372,7 @@ def test_a_signal_stops_predict_between_photos_saying_what_was_written(tmp_path)
   from common.app import predict as predict_lib  # pylint: disable=g-import-not-at-top
   from common.runtime import signals  # pylint: disable=g-import-not-at-top
   paths = [str(path) for path in write_photos(tmp_path)]
-  read = predict_lib.read_photos(paths, lambda done: f"{done} written")
+  read = predict_lib.read_photos(paths, written=lambda done: f"{done} written")
   next(read)
   signals._received.append(signal.SIGINT)  # pylint: disable=protected-access  # as the handler records it
   try:

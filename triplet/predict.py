@@ -17,7 +17,8 @@ that table as CSV too).
 --workdir reads a training run: its own config.json (--config.key=value on top) and the weights of
 its best evaluation (best/) or else of its newest checkpoint; --saved_model reads an export. Photos
 get the evaluation's preprocessing (resized to data.load_size, the central data.crop_size crop) and
-are read as a photo viewer shows them (their EXIF orientation applied).
+are read as a photo viewer shows them (their EXIF orientation applied); one over --max_pixels is
+refused before the model loads.
 """
 from common.runtime import process
 
@@ -119,18 +120,19 @@ def threshold_problem(value):
   return None
 
 
-def embed_all(embedder, paths):
+def embed_all(embedder, paths, max_pixels):
   """[N, D] float32 embeddings of the photos, in order."""
-  return np.stack([embedder.embed(image) for _, image in predict_lib.read_photos(paths)]).astype(np.float32)
+  return np.stack([embedder.embed(image) for _, image in predict_lib.read_photos(paths, max_pixels)]
+                  ).astype(np.float32)
 
 
 def verdict(distance, threshold):
   return "?" if threshold is None else "same" if distance < threshold else "different"
 
 
-def embed_to(embedder, paths, output):
+def embed_to(embedder, paths, output, max_pixels):
   """Writes output (.npy) and its index, output with .tsv for .npy: row and file of each embedding."""
-  embeddings = embed_all(embedder, paths)
+  embeddings = embed_all(embedder, paths, max_pixels)
   index = os.path.splitext(output)[0] + ".tsv"
   try:
     with workdir_lib.writing(output, flag="--embed_to"):
@@ -146,18 +148,17 @@ def embed_to(embedder, paths, output):
   return embeddings
 
 
-def compare(embedder, paths):
-  a, b = embed_all(embedder, paths)
+def compare(embedder, paths, max_pixels):
+  a, b = embed_all(embedder, paths, max_pixels)
   distance = float(np.linalg.norm(a - b))
   predict_lib.show_table(["image_a", "image_b", "distance", "verdict"],
                          [[paths[0], paths[1], distance, verdict(distance, embedder.threshold)]])
   return distance
 
 
-def search(embedder, queries, gallery, top_k, output):
+def search(embedder, queries, gallery_paths, top_k, output, max_pixels):
   """Prints (and with output writes as CSV) the top_k gallery photos nearest to each query."""
-  gallery_paths = predict_lib.photo_paths([gallery])
-  embeddings = embed_all(embedder, gallery_paths + queries)
+  embeddings = embed_all(embedder, gallery_paths + queries, max_pixels)
   found = embeddings[:len(gallery_paths)]
   rows = []
   for query, embedding in zip(queries, embeddings[len(gallery_paths):]):
@@ -170,14 +171,15 @@ def search(embedder, queries, gallery, top_k, output):
 
 
 def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compare_two=False,
-        gallery=None, top_k=5, output=None, threshold=None):
-  """The command: one of embed_path, compare_two, gallery; returns what the mode gives."""
+        gallery=None, top_k=5, output=None, threshold=None, max_pixels=None):
+  """The command: one of embed_path, compare_two, gallery; returns what the mode gives. Photos over
+  max_pixels (default photos.MAX_PIXELS) are refused."""
   modes = [name for name, given in (("--embed_to", embed_path), ("--compare", compare_two),
                                     ("--gallery", gallery)) if given]
   if len(modes) != 1:
     raise ConfigError(f"give one of --embed_to=FILE.npy, --compare A B, --gallery=DIR (got "
                       f"{', '.join(modes) or 'none'})")
-  paths = predict_lib.photo_paths(args)
+  paths = predict_lib.photo_paths(args, max_pixels)
   if compare_two and len(paths) != 2:
     raise DataError(f"--compare takes two photos, got {len(paths)}: {' '.join(paths[:4])}")
   if top_k < 1:
@@ -187,6 +189,7 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
   if embed_path and not embed_path.endswith(".npy"):  # numpy.save would add .npy to any other name
     raise ConfigError(f"--embed_to={embed_path}: name a .npy file (numpy writes {embed_path}.npy "
                       "for this name)")
+  gallery_paths = predict_lib.photo_paths([gallery], max_pixels) if gallery else []
   predict_lib.check_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
                                         "--output": predict_lib.folder_of(output)})
   embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
@@ -196,10 +199,10 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     shown = f"{embedder.threshold:.4f}" if embedder.threshold is not None else "none"
     print(f"threshold {shown} ({embedder.source}): a pair is the same identity below it")
   if embed_path:
-    return embed_to(embedder, paths, embed_path)
+    return embed_to(embedder, paths, embed_path, max_pixels)
   if compare_two:
-    return compare(embedder, paths)
-  return search(embedder, paths, gallery, top_k, output)
+    return compare(embedder, paths, max_pixels)
+  return search(embedder, paths, gallery_paths, top_k, output, max_pixels)
 
 
 def main(argv):
@@ -208,11 +211,13 @@ def main(argv):
   workdir = _WORKDIR.value
   run(argv[1:], cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value), workdir=workdir,
       saved_model=_SAVED_MODEL.value, embed_path=_EMBED_TO.value, compare_two=_COMPARE.value,
-      gallery=_GALLERY.value, top_k=_TOP_K.value, output=_OUTPUT.value, threshold=_THRESHOLD.value)
+      gallery=_GALLERY.value, top_k=_TOP_K.value, output=_OUTPUT.value, threshold=_THRESHOLD.value,
+      max_pixels=_MAX_PIXELS.value)
 
 
 if __name__ == "__main__":
-  _CONFIG, _WORKDIR, _SAVED_MODEL = predict_lib.define_flags("triplet", "configs/triplet.py", "runs/triplet")
+  _CONFIG, _WORKDIR, _SAVED_MODEL, _MAX_PIXELS = predict_lib.define_flags("triplet", "configs/triplet.py",
+                                                                          "runs/triplet")
   _EMBED_TO = flags.DEFINE_string("embed_to", None, "Write the photos' embeddings to this .npy, their "
                                   "files to the .tsv beside it.")
   _COMPARE = flags.DEFINE_boolean("compare", False, "Compare the two photos given: distance, same or different.")

@@ -1,7 +1,7 @@
 """What the trainers' predict commands share: their flags, the model they read (a run's best weights,
 else its newest checkpoint, with the run's config.json; or a SavedModel), the photos (listed from
-folders, read as a viewer shows them, a bad file one line as in training) and the table they print
-and write as CSV. Nothing is written but where the user's flags say."""
+folders, bounded by --max_pixels, read as a viewer shows them, a bad file one line as in training)
+and the table they print and write as CSV. Nothing is written but where the user's flags say."""
 import csv
 import os
 
@@ -11,19 +11,23 @@ import tensorflow as tf
 
 from common.app import cli
 from common.contract.errors import CheckpointError
-from common.data import image_checks
 from common.data import photos
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 
 
-def define_flags(trainer, default_config, default_workdir):
-  """--config, --workdir and --saved_model; returns their flag holders."""
+def define_flags(trainer, default_config, default_workdir, max_pixels_default=None):
+  """--config, --workdir, --saved_model and --max_pixels (its default described by
+  max_pixels_default, else photos.MAX_PIXELS); returns their flag holders."""
   config_flag, workdir_flag = cli.define_flags(default_config, default_workdir)
   saved_model_flag = flags.DEFINE_string("saved_model", None, f"A SavedModel written by {trainer}.train, "
                                          "instead of --workdir's weights.")
-  return config_flag, workdir_flag, saved_model_flag
+  max_pixels_flag = flags.DEFINE_integer(
+      "max_pixels", None, "Larger photos are refused from their headers before the model loads; default "
+      f"{max_pixels_default or f'{photos.MAX_PIXELS:,}, where PIL warns of a decompression bomb'}.",
+      lower_bound=1)
+  return config_flag, workdir_flag, saved_model_flag, max_pixels_flag
 
 
 def restore_weights(model, workdir):
@@ -51,24 +55,24 @@ def load_saved_model(path, outputs):
 
 
 def photo_paths(args, max_pixels=None):
-  """The photo files of the command's arguments (a folder: its photos), and with max_pixels each
-  photo's size checked from its header, before the model loads."""
+  """The photo files of the command's arguments (a folder: its photos), each one's pixels checked
+  from its header against max_pixels (default photos.MAX_PIXELS) before the model loads: a photo
+  over it is the command's one line."""
   paths = photos.photo_paths(args)
-  for path in paths if max_pixels else ():
-    size = image_checks.header_size(path, path)
-    if size:
-      image_checks.check_eval_size(path, size, max_pixels, setting="--max_pixels")
+  for path in paths:
+    photos.check_pixels(path, max_pixels)
   return paths
 
 
-def read_photos(paths, written=lambda done: "nothing was written"):
-  """Yields (path, uint8 [h, w, 3]) of each photo as a viewer shows it (its EXIF orientation applied).
-  Before each photo a signal stops the command (a safe point), with what written(photos done) says."""
+def read_photos(paths, max_pixels=None, written=lambda done: "nothing was written"):
+  """Yields (path, uint8 [h, w, 3]) of each photo as a viewer shows it (its EXIF orientation applied),
+  its pixels bounded by max_pixels. Before each photo a signal stops the command (a safe point), with
+  what written(photos done) says."""
   logging.info("photos are read as a photo viewer shows them: EXIF orientation applied (PIL's "
                "ImageOps.exif_transpose)")
   for done, path in enumerate(paths):
     signals.check(f"after {done} of {len(paths)} photos; {written(done)}")
-    image, orientation = photos.read_photo(path)
+    image, orientation = photos.read_photo(path, max_pixels)
     if orientation != 1:
       logging.info("%s: EXIF orientation %d, turned upright as a viewer shows it", path, orientation)
     yield path, image
