@@ -20,19 +20,24 @@ from common.runtime import process
 if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
-import io  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import errno  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import io
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 from PIL import Image
+import tensorflow as tf
 
 from common.app import cli
+from common.contract.errors import first_line
 from common.contract.errors import UserError
+from common.contract.errors import WorkdirError
 from common.data import class_masks
 from common.data import tfrecords
+from common.runtime import signals
+from common.runtime import workdir as workdir_lib
 from segmentation import data as seg_data
 
 _VOC_ROOT = flags.DEFINE_string("voc_root", None, "A Pascal VOC 2012 folder (JPEGImages/, SegmentationClass/, ...).")
@@ -82,39 +87,55 @@ def make_record(pair, info):
 
 
 def convert(pairs, num_classes, ignore_label, output_prefix, num_shards, skip_bad_files=False):
-  """Checks the pairs and writes them as shards; returns the shard paths."""
+  """Checks the pairs and writes them as shards, all whole or none (a failed write, a full disk or a
+  signal, honoured between images, leaves no shard); returns the shard paths."""
   pairs, infos = class_masks.check_pairs(pairs, num_classes, ignore_label, skip_bad_files)
   every = max(len(pairs) // _PROGRESS_LINES, 1)
 
   def records():
     for i, (pair, info) in enumerate(zip(pairs, infos), start=1):
+      signals.check(f"after {i - 1} of {len(pairs)} images; nothing was written")
       yield make_record(pair, info)
       if i % every == 0 or i == len(pairs):
         logging.info("converted %s of %s images", f"{i:,}", f"{len(pairs):,}")
 
-  return tfrecords.write_tfrecord_shards(records(), output_prefix, num_shards, log_every=0)
+  shards = f"{output_prefix}-*-of-{num_shards:05d}.tfrecord"
+  try:
+    return tfrecords.write_tfrecord_shards(records(), output_prefix, num_shards, log_every=0)
+  except (OSError, tf.errors.OpError) as e:
+    if isinstance(e, tf.errors.OpError):  # its message: "<path>; <the OS's reason>"
+      e = OSError(_ERRNO.get(type(e), errno.EIO), first_line(e).rsplit("; ", 1)[-1])
+    raise WorkdirError(f"{workdir_lib.os_error_line(shards, e, '--output_prefix')}; nothing was written") from None
 
 
-def list_pairs():
-  """The (image, mask) pairs named by the flags."""
-  if _VOC_ROOT.value:
-    return seg_data.list_folder_pairs(*seg_data.voc_paths(_VOC_ROOT.value, _SPLIT.value))
-  if not (_IMAGES_DIR.value and _MASKS_DIR.value):
+# TensorFlow's file errors as the OS errors whose lines say what to do.
+_ERRNO = {tf.errors.PermissionDeniedError: errno.EACCES, tf.errors.ResourceExhaustedError: errno.ENOSPC}
+
+
+def list_pairs(voc_root=None, split="train", images_dir=None, masks_dir=None, split_file=None):
+  """The (image, mask) pairs of a VOC split, or of the images and masks folders."""
+  if voc_root:
+    return seg_data.list_folder_pairs(*seg_data.voc_paths(voc_root, split))
+  if not (images_dir and masks_dir):
     raise UserError("give --voc_root, or --images_dir and --masks_dir")
-  return seg_data.list_folder_pairs(_IMAGES_DIR.value, _MASKS_DIR.value, _SPLIT_FILE.value)
+  return seg_data.list_folder_pairs(images_dir, masks_dir, split_file)
+
+
+def run(num_classes, output_prefix, voc_root=None, split="train", images_dir=None, masks_dir=None, split_file=None,
+        ignore_label=255, num_shards=4, skip_bad_files=False):
+  """The command, from its flags' values: returns the shard paths."""
+  if num_classes is None or output_prefix is None:
+    raise UserError("--num_classes and --output_prefix are required")
+  return convert(list_pairs(voc_root, split, images_dir, masks_dir, split_file), num_classes, ignore_label,
+                 output_prefix, num_shards, skip_bad_files)
 
 
 def main(argv):
   del argv
-  try:
-    if _NUM_CLASSES.value is None or _OUTPUT_PREFIX.value is None:
-      raise UserError("--num_classes and --output_prefix are required")
-    paths = convert(list_pairs(), _NUM_CLASSES.value, _IGNORE_LABEL.value, _OUTPUT_PREFIX.value,
-                    _NUM_SHARDS.value, _SKIP_BAD_FILES.value)
-  except UserError as e:
-    cli.fail(str(e))
+  paths = run(_NUM_CLASSES.value, _OUTPUT_PREFIX.value, _VOC_ROOT.value, _SPLIT.value, _IMAGES_DIR.value,
+              _MASKS_DIR.value, _SPLIT_FILE.value, _IGNORE_LABEL.value, _NUM_SHARDS.value, _SKIP_BAD_FILES.value)
   print(f"wrote {len(paths)} shards: {_OUTPUT_PREFIX.value}-*-of-{_NUM_SHARDS.value:05d}.tfrecord")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)  # the commands' exits: a UserError is one line and exit 2, a signal one line and 128 + N

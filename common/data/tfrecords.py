@@ -1,5 +1,7 @@
 """TFRecord shards: writing them, reading them (shuffled or in order, less skipped records), and
 checking every record up front as the pipelines parse it."""
+import contextlib
+import errno
 import io
 import os
 
@@ -35,22 +37,39 @@ def write_tfrecord_shards(records, path_prefix, num_shards, log_every=1000):
   """Writes serialized records round-robin into `num_shards` files; returns their paths.
 
   Shards are named {path_prefix}-00000-of-00004.tfrecord and so on, so the
-  pattern {path_prefix}-*.tfrecord reads them back.
+  pattern {path_prefix}-*.tfrecord reads them back. They are written under
+  temporary names (<shard>.tmp) and renamed once all are whole: an error or a
+  signal raised while writing (or by `records`) leaves none of them.
   """
   if num_shards < 1:
     raise ValueError(f"num_shards must be >= 1, got {num_shards}")
   paths = shard_paths(path_prefix, num_shards)
   os.makedirs(os.path.dirname(os.path.abspath(path_prefix)), exist_ok=True)
-  writers = [tf.io.TFRecordWriter(p) for p in paths]
+  for path in paths:  # before anything is written: a rename onto it would fail after the first shards
+    if os.path.isdir(path):
+      raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+  temporary = [f"{p}.tmp" for p in paths]
+  writers, renamed = [], []
   count = 0
   try:
+    writers += [tf.io.TFRecordWriter(p) for p in temporary]
     for count, record in enumerate(records, start=1):
       writers[(count - 1) % num_shards].write(record)
       if log_every and count % log_every == 0:
         logging.info("wrote %s records", f"{count:,}")
-  finally:
     for writer in writers:
-      writer.close()
+      writer.close()  # flushes: a full disk fails here, before any rename
+    for tmp, path in zip(temporary, paths):
+      os.replace(tmp, path)
+      renamed.append(path)
+  except BaseException:
+    for writer in writers:
+      with contextlib.suppress(Exception):
+        writer.close()
+    for leftover in temporary + renamed:
+      with contextlib.suppress(OSError):
+        os.remove(leftover)
+    raise
   logging.info("wrote %s records to %s", f"{count:,}", f"{path_prefix}-*-of-{num_shards:05d}.tfrecord")
   return paths
 
