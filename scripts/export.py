@@ -108,7 +108,7 @@ def load_run(workdir, saved_model=None):
   directory = checkpoints.best_dir(workdir)
   if not checkpoints.newest(directory):
     directory = checkpoints.checkpoint_dir(workdir)
-  logging.info("exporting %s", checkpoints.restore_newest(tf.train.Checkpoint(model=model), directory))
+  logging.info("exporting %s", checkpoints.restore_weights(model, directory))
   if task.calibrate:  # as evaluate --workdir scores a checkpoint
     task.calibrate(model)
   return trainer, config, task, model

@@ -331,8 +331,9 @@ def poisoned_loss(poisoned=(), on_batch=None):
 
 
 def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=1000, dataset=None,
-                   seconds_per_loop=0.0):
+                   seconds_per_loop=0.0, ema_decay=0.0):
   config = config_lib.base_config()
+  config.train.ema_decay = ema_decay
   config.train.num_steps = steps
   config.train.batch_size = 4
   config.train.steps_per_loop = steps_per_loop
@@ -403,9 +404,10 @@ def test_the_consecutive_limit_inside_a_call_stops_at_that_step_with_the_last_fi
   assert_same_values(model_values(tmp_path / "two"), model_values(tmp_path / "diverged"))
 
 
-def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("ema_decay", [0.0, 0.9])
+def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path, ema_decay):
   keras.utils.set_random_seed(0)
-  run_regression(tmp_path / "straight", 20, poisoned_loss([6]), steps_per_loop=8)
+  run_regression(tmp_path / "straight", 20, poisoned_loss([6]), steps_per_loop=8, ema_decay=ema_decay)
 
   def signal_at_batch_10(index):
     if index == 10:
@@ -414,13 +416,17 @@ def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path
 
   keras.utils.set_random_seed(0)
   with pytest.raises(signals.Interrupted) as error:
-    run_regression(tmp_path / "cut", 20, poisoned_loss([6], signal_at_batch_10), steps_per_loop=8)
+    run_regression(tmp_path / "cut", 20, poisoned_loss([6], signal_at_batch_10), steps_per_loop=8,
+                   ema_decay=ema_decay)
   assert "at step 16" in str(error.value)
   assert checkpoint_values(tmp_path / "cut")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 16
   keras.utils.set_random_seed(1)  # the resumed run takes everything from the checkpoint
-  results, _ = run_regression(tmp_path / "cut", 20, poisoned_loss([6]), steps_per_loop=8)
+  results, _ = run_regression(tmp_path / "cut", 20, poisoned_loss([6]), steps_per_loop=8,
+                              ema_decay=ema_decay)
   assert (results["step"], results["steps_run"], results["nonfinite_steps"]) == (20, 4, 1)
-  assert_same_values(checkpoint_values(tmp_path / "straight"), checkpoint_values(tmp_path / "cut"))
+  straight = checkpoint_values(tmp_path / "straight")
+  assert any(name.startswith("weight_average/") for name in straight) == bool(ema_decay)
+  assert_same_values(straight, checkpoint_values(tmp_path / "cut"))
 
 
 def test_a_slow_step_makes_short_calls_so_that_a_signal_is_honoured_soon(tmp_path):

@@ -37,6 +37,9 @@ def base_config():
   # Gradient accumulation: each step's batch is cut into this many micro-batches, whose averaged
   # gradients make its one update: a batch of train.batch_size within the memory of a micro-batch.
   config.train.accumulate_steps = 1
+  # Weight averaging: an exponential moving average of the weights with this decay (0 = off, else
+  # e.g. 0.999) is what the run evaluates, keeps as its best and exports (raw/ figures beside it).
+  config.train.ema_decay = 0.0
   config.train.num_steps = 1000
   config.train.log_every = 50
   config.train.eval_every = 500
@@ -252,6 +255,7 @@ def validate_config(config):
                        "train.steps_per_loop", "train.max_consecutive_nonfinite", "optimizer.decay_steps",
                        "summaries.scalars_every", "summaries.images_every",
                        "summaries.histograms_every", "summaries.max_summary_bytes"], POSITIVE_INT),
+      "train.ema_decay": FRACTION,  # 0 = off
       "train.stall_update_ratio": NON_NEGATIVE,
       "train.stall_timeout_s": NON_NEGATIVE,  # 0 = off
       "train.on_stall": one_of("auto", "warn", "exit"),

@@ -19,6 +19,7 @@ from common.contract.errors import ConfigError
 from common.contract.errors import first_line
 from common.contract.errors import WorkdirError
 from common.runtime import workdir as workdir_lib
+from common.training import averaging
 
 
 def checkpoint_dir(workdir):
@@ -202,9 +203,18 @@ def restore_newest(checkpoint, directory):
   return path
 
 
+def restore_weights(model, directory):
+  """Loads the model's weights from the newest checkpoint in directory, its weight average in their
+  place where it holds one (train.ema_decay: what the run evaluated and exported); returns its path."""
+  path = restore_newest(tf.train.Checkpoint(model=model), directory)
+  if averaging.load_average(model, path):
+    logging.info("%s: the weight average (train.ema_decay) loaded in place of the weights", path)
+  return path
+
+
 def restore_model(model, workdir):
-  """Loads the model's weights from the newest checkpoint in workdir (for evaluation); returns its path."""
-  return restore_newest(tf.train.Checkpoint(model=model), checkpoint_dir(workdir))
+  """restore_weights of the newest checkpoint in workdir (for evaluation)."""
+  return restore_weights(model, checkpoint_dir(workdir))
 
 
 def load_saved_model(path, outputs=(), trainer=None):

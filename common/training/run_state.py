@@ -32,11 +32,11 @@ def build_optimizers(model, phases, strategy):
 class RunCheckpoint:
   """What a checkpoint of the run holds, written into the cluster's `out` and read from the workdir's
   `directory`:
-  the model, each phase's optimizer, the step, the count of non-finite steps, the input fingerprint,
-  and the input iterator's position (in the checkpoint alone; beside it, per worker, on several).
+  the model, each phase's optimizer, the weight average (if kept), the step, the count of non-finite
+  steps, the input fingerprint, and the input iterator's position (in the checkpoint alone; beside it, per worker, on several).
   """
 
-  def __init__(self, cluster, model, phases, dataset, input_fingerprint, keep):
+  def __init__(self, cluster, model, phases, dataset, input_fingerprint, keep, average=None):
     self._cluster = cluster
     self.directory = checkpoints_lib.checkpoint_dir(cluster.workdir)
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -50,7 +50,8 @@ class RunCheckpoint:
     # Everything but the input position: what a restore with a fresh input pipeline reads.
     self._variables = dict(model=model, step=self.step, nonfinite_steps=self.nonfinite_steps,
                            input_fingerprint=self._saved_fingerprint,
-                           **{f"optimizer_{p.checkpoint_name or p.name}": p.optimizer for p in phases})
+                           **{f"optimizer_{p.checkpoint_name or p.name}": p.optimizer for p in phases},
+                           **({"weight_average": average} if average else {}))
     self._statistics_mean = cluster.make_statistics_mean(model)
     self._positions = distributed.InputPositions(self.iterator, self.directory, cluster, keep)
     self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)

@@ -20,9 +20,10 @@ A step whose loss or gradients are not finite changes no weight (train_step);
 the loop counts such steps, and stops the run at that step with a report after
 `train.max_consecutive_nonfinite` in a row.
 """
+import contextlib
 import os
 import time
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 from absl import logging
 import keras
@@ -37,6 +38,7 @@ from common.runtime import run_log
 from common.runtime import signals as signals_lib
 from common.runtime import workdir as workdir_lib
 from common.training import actions as actions_lib
+from common.training import averaging
 from common.training import checkpoints as checkpoints_lib
 from common.training import diagnostics
 from common.training import distributed
@@ -108,6 +110,7 @@ class _Run(NamedTuple):
   evaluate_fn: Callable
   start_step: int  # where this run (re)started
   total_steps: int
+  average: Optional[averaging.WeightAverage]  # train.ema_decay's, None when it is 0
 
 
 def train(config, workdir, *, strategy, model, phases, task, command_line=None):
@@ -155,8 +158,10 @@ def _start_run(config, cluster, model, phases, task):
   evaluate_fn = evaluation_lib.make_evaluate_fn(task, model)
   best = checkpoints_lib.BestWeights(model, cluster, config.train.best_metric, config.train.best_mode)
   run_state.build_optimizers(model, phases, cluster.strategy)
+  average = (averaging.WeightAverage(model, config.train.ema_decay, cluster.strategy)
+             if config.train.ema_decay else None)
   checkpoint = run_state.RunCheckpoint(cluster, model, phases, task.train_dataset, task.input_fingerprint,
-                                       config.train.keep_checkpoints)
+                                       config.train.keep_checkpoints, average)
   summaries = summaries_lib.RunSummaries(cluster.out, config.summaries, cluster.chief, model,
                                          task.image_summaries_fn)
   record = run_state.RunRecord(cluster, checkpoint, task.data_report, best, summaries)
@@ -169,7 +174,7 @@ def _start_run(config, cluster, model, phases, task):
     run_log.keep_in(os.path.join(cluster.out, "train.log"))
   summaries.write_config(start_step, config)
   return _Run(config, model, task, cluster, checkpoint, summaries, record, evaluate_fn, start_step,
-              total_steps=sum(phase.num_steps for phase in phases))
+              total_steps=sum(phase.num_steps for phase in phases), average=average)
 
 
 def _exit_on_stall(train_cfg, cluster):
@@ -245,6 +250,8 @@ def _close_run(run, wall_time_s, command_line, trial_id):
                               command_line, trial_id=trial_id)
   run.summaries.close()
   run.record.best.load_into_model()
+  if run.average and run.record.best.best is None:
+    run.average.load_into_model()  # the run ends with, and exports, the average
   run.record.write_report()
   return results
 
@@ -270,7 +277,8 @@ class _CompiledCalls:
     train_cfg = run.config.train
     train_step = train_step_lib.make_train_step(run.model, phase.optimizer, run.task.loss_fn,
                                                 run.cluster.strategy, run.config.optimizer.clipnorm,
-                                                train_cfg.jit_compile, train_cfg.accumulate_steps)
+                                                train_cfg.jit_compile, train_cfg.accumulate_steps,
+                                                run.average)
     self._loop, self._names = make_train_loop(train_step, run.checkpoint.iterator, run.cluster,
                                               run.checkpoint.step, train_cfg.max_consecutive_nonfinite)
     self._run = run
@@ -362,11 +370,14 @@ def _evaluate(run):
   step = int(run.checkpoint.step)
   started = time.time()
   try:
-    evaluation = run.evaluate_fn()
+    raw = run_state.figures(run.evaluate_fn()) if run.average else {}
+    with _averaged(run):
+      evaluation = run.evaluate_fn()
   except signals_lib.Interrupted as e:  # the step is saved: every evaluation follows a save
     raise signals_lib.Interrupted(e.signum, f"during the evaluation at step {step}; checkpoint "
                                   f"{_save_and_report(run)} written; run the same command again "
                                   "to resume") from None
+  evaluation.metrics.update({f"raw/{name}": value for name, value in raw.items()})
   results = run_state.figures(evaluation)
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
@@ -375,5 +386,12 @@ def _evaluate(run):
     logging.warning("%s", warning)
   run.summaries.write_eval(step, results, evaluation)
   run.record.keep_evaluation(evaluation, step)
-  run.record.best.offer(results, step)
+  with _averaged(run):
+    run.record.best.offer(results, step)
   run.record.write()
+
+
+def _averaged(run):
+  """The model holds the weight average (train.ema_decay) inside the block: what is evaluated and
+  kept as the best weights; the raw weights' figures are logged beside it as raw/<metric>."""
+  return run.average.in_model() if run.average else contextlib.nullcontext()

@@ -12,7 +12,7 @@ from common.training import evaluation
 
 
 def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False,
-                    accumulate_steps=1):
+                    accumulate_steps=1, average=None):
   """The compiled step: (distributed batch) -> metrics, updating model and optimizer in place.
 
   Clipping by global norm happens here, on the gradient summed over replicas:
@@ -26,6 +26,8 @@ def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compi
   loss that is a mean over examples and a model without BatchNorm this is the update of the whole
   batch; BatchNorm normalizes each micro-batch by its own statistics and moves its averages k
   times per step.
+
+  average: an averaging.WeightAverage, updated after each finite step.
   """
   variables = model.trainable_variables
   statistics = evaluation.batch_norm_statistics(model)
@@ -80,6 +82,8 @@ def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compi
     optimizer.apply([g * tf.cast(factor, g.dtype) for g in grads], variables)
     for variable, saved in zip(statistics, saved_statistics):
       variable.assign(tf.where(all_finite, variable, saved))
+    if average is not None:
+      average.update(all_finite)
     out = {"loss": loss, "regularization": tf.cast(regularization, tf.float32),
            "grad_norm": tf.where(all_finite, scaled_norm / scale, 0.0),
            "finite": tf.cast(all_finite, tf.float32), "loss_scale": scale}
