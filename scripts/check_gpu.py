@@ -19,7 +19,9 @@ if __name__ == "__main__":
 
 import sys  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
+from common.app import cli
 from common.runtime import hardware
+from common.runtime import signals
 
 TENSOR_CORES = (7, 0)  # float16 matmuls run faster than float32 from this capability on
 
@@ -51,5 +53,13 @@ def main():
   return 0 if usable else 1
 
 
+def checked_main():
+  """main() behind the commands' guard: a signal (Ctrl-C while nvidia-smi hangs) is one line and
+  128 + N at the end, not recorded and ignored."""
+  code = main()
+  signals.finish("after the check; nothing was written")
+  return code
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run_guarded(checked_main))
