@@ -83,14 +83,14 @@ def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=N
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
   paths = predict_lib.photo_paths(paths, max_pixels)
-  predict_lib.check_paths(saved_model, {"--output": predict_lib.folder_of(output)})
-  probabilities, names = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
-  rows = []
-  for path, image in predict_lib.read_photos(paths, max_pixels):
-    scores = probabilities(image)
-    for rank, class_id in enumerate(np.argsort(-scores, kind="stable")[:top_k], 1):
-      rows.append([path, rank, int(class_id), names[class_id], float(scores[class_id])])
-  predict_lib.show_table(["image", "rank", "class_id", "class_name", "probability"], rows, output)
+  with predict_lib.checked_paths(saved_model, {"--output": predict_lib.folder_of(output)}):
+    probabilities, names = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
+    rows = []
+    for path, image in predict_lib.read_photos(paths, max_pixels):
+      scores = probabilities(image)
+      for rank, class_id in enumerate(np.argsort(-scores, kind="stable")[:top_k], 1):
+        rows.append([path, rank, int(class_id), names[class_id], float(scores[class_id])])
+    predict_lib.show_table(["image", "rank", "class_id", "class_name", "probability"], rows, output)
   return rows
 
 

@@ -62,24 +62,27 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   settings = data_lib.read_settings(config.data, for_training=False)
   max_pixels = max_pixels or settings.eval_max_pixels
   paths = predict_lib.photo_paths(paths, max_pixels)
-  predict_lib.check_paths(saved_model, {"--output_dir": output_dir})
-  classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config, settings)
-  written = []
   said = lambda done: f"the masks of the first {done} are in {output_dir}; run the command on the others"
-  for path, image in predict_lib.read_photos(paths, max_pixels, said):
-    class_ids, names = classify(tf.convert_to_tensor(image[None]))
-    class_ids = class_ids[0].numpy().astype(np.uint8)
-    stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
-    with workdir_lib.writing(output_dir, flag="--output_dir"):  # a disk filling up on the way
-      Image.fromarray(class_ids).save(stem + "_classes.png")
-      # A palette PNG like VOC's ground-truth masks: the same colors side by side, and its indices are the ids.
-      mask = Image.fromarray(class_ids)
-      mask.putpalette(visualize.voc_palette())
-      mask.save(stem + "_mask.png")
-      visualize.figure(image, {"prediction": class_ids}, names).save(stem + "_overlay.png")
-    written.append(stem + "_mask.png")
-    logging.info("%s -> %s_mask.png, _classes.png, _overlay.png", path, stem)
-  return written
+  with predict_lib.checked_paths(saved_model, {"--output_dir": output_dir}):
+    classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config, settings)
+    return [write_masks(path, image, classify, output_dir)
+            for path, image in predict_lib.read_photos(paths, max_pixels, said)]
+
+
+def write_masks(path, image, classify, output_dir):
+  """Writes the photo's three PNGs (predict_files); returns the mask's path."""
+  class_ids, names = classify(tf.convert_to_tensor(image[None]))
+  class_ids = class_ids[0].numpy().astype(np.uint8)
+  stem = os.path.join(output_dir, os.path.splitext(os.path.basename(path))[0])
+  with workdir_lib.writing(output_dir, flag="--output_dir"):  # a disk filling up on the way
+    Image.fromarray(class_ids).save(stem + "_classes.png")
+    # A palette PNG like VOC's ground-truth masks: the same colors side by side, and its indices are the ids.
+    mask = Image.fromarray(class_ids)
+    mask.putpalette(visualize.voc_palette())
+    mask.save(stem + "_mask.png")
+    visualize.figure(image, {"prediction": class_ids}, names).save(stem + "_overlay.png")
+  logging.info("%s -> %s_mask.png, _classes.png, _overlay.png", path, stem)
+  return stem + "_mask.png"
 
 
 def main(argv):

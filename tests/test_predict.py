@@ -2,10 +2,12 @@
 predicts as the upright photo does (segmentation's mask, Inception's classes, triplet's embedding);
 triplet's compare uses the verification threshold the run chose, from metrics.json (--workdir) and
 from the SavedModel (--saved_model); bad files and flags are one line, a photo over --max_pixels
-refused before the model loads. The README's command lines run in tests/test_readme_commands.py."""
+refused before the model loads, and a command that stops before writing leaves no folder it made.
+The README's command lines run in tests/test_readme_commands.py."""
 import json
 import os
 import shutil
+import signal
 import sys
 import warnings
 
@@ -16,9 +18,11 @@ import tensorflow as tf
 
 from common.app import cli
 from common.app import export as export_lib
+from common.app import predict as predict_lib
 from common.contract import config as config_lib
 from common.data import class_labels
 from common.data import photos
+from common.runtime import signals
 from common.training import checkpoints
 import helpers
 from inception_finetune import predict as inception_predict
@@ -87,16 +91,20 @@ def stand_in_saved_model(root):
   return str(folder)
 
 
-def test_segmentation_predicts_an_exif_photo_as_shown(tmp_path, caplog):
+def segmentation_run(root):
+  """(config, workdir) of an untrained smoke segmentation run: its config.json and a checkpoint."""
   config = helpers.make_config("segmentation", "smoke")
   tf.keras.utils.set_random_seed(0)
-  write_run("segmentation", tmp_path / "run",
+  write_run("segmentation", root / "run",
             segmentation_task.build_model(config, segmentation_data.read_settings(config.data)), config)
+  return cli.run_config(type("Flag", (), {"value": config}), str(root / "run")), str(root / "run")
+
+
+def test_segmentation_predicts_an_exif_photo_as_shown(tmp_path, caplog):
+  config, run = segmentation_run(tmp_path)
   upright, turned, stored = write_photos(tmp_path)
-  config = cli.run_config(type("Flag", (), {"value": config}), str(tmp_path / "run"))
   with caplog.at_level("INFO"):
-    segmentation_predict.predict_files([upright, turned, stored], str(tmp_path / "out"), config,
-                                       workdir=str(tmp_path / "run"))
+    segmentation_predict.predict_files([upright, turned, stored], str(tmp_path / "out"), config, workdir=run)
   masks = {name: np.array(Image.open(tmp_path / "out" / f"{name}_classes.png"))
            for name in ("upright", "turned", "stored")}
   assert masks["turned"].shape == (48, 64) and masks["stored"].shape == (64, 48)
@@ -308,6 +316,41 @@ def test_every_predict_command_has_max_pixels_and_no_pil_warning_reaches_the_use
   assert sorted(os.listdir(tmp_path)) == ["huge.png", "small.png", "stand_in_saved_model"]
 
 
+def test_a_refused_or_interrupted_predict_leaves_no_folder_it_made(tmp_path, capsys):
+  """Every predict checks that its output folder can be written before the model loads, making it:
+  a command refused after that (here: a SavedModel that does not load) or interrupted before its
+  first result removes the folders it made (not one that was there)."""
+  photo = write_photos(tmp_path)[0]
+  saved_model = stand_in_saved_model(tmp_path)
+  new, existing = tmp_path / "new", tmp_path / "existing"
+  existing.mkdir()
+  triplet = helpers.make_config("triplet", "smoke")
+  commands = [
+      lambda out: segmentation_predict.predict_files([photo], str(out / "masks"),
+                                                     helpers.make_config("segmentation", "smoke"),
+                                                     saved_model=saved_model),
+      lambda out: inception_predict.classify([photo], helpers.make_config("inception_v4", "smoke"),
+                                             saved_model=saved_model, output=str(out / "deeper" / "top.csv")),
+      lambda out: triplet_predict.run([photo], triplet, saved_model=saved_model, embed_path=str(out / "e.npy")),
+      lambda out: triplet_predict.run([photo], triplet, saved_model=saved_model, gallery=str(tmp_path),
+                                      output=str(out / "found.csv")),
+  ]
+  for command in commands:
+    for out in (new, existing):
+      line = error_line(capsys, command, out)
+      assert line.startswith(f"error: SavedModel {saved_model} is damaged ("), line
+      assert not new.exists() and os.listdir(existing) == [], os.listdir(existing)
+  config, run = segmentation_run(tmp_path)
+  signals._received.append(signal.SIGINT)  # pylint: disable=protected-access  # as the handler records it
+  try:
+    with pytest.raises(signals.Interrupted) as interrupted:
+      segmentation_predict.predict_files([photo], str(new / "masks"), config, workdir=run)
+  finally:
+    signals._received.clear()  # pylint: disable=protected-access
+  assert str(interrupted.value) == "interrupted by SIGINT after 0 of 1 photos; nothing was written"
+  assert not new.exists()
+
+
 def test_the_workdirs_threshold_says_its_step_and_when_there_is_none(tmp_path, caplog):
   metrics = tmp_path / "metrics.json"
   metrics.write_text(json.dumps({"eval": {"verification_threshold": 0.5, "step": 30}}))
@@ -368,9 +411,6 @@ def test_inception_class_names_short_or_not_utf8_are_one_line(tmp_path, capsys):
 def test_a_signal_stops_predict_between_photos_saying_what_was_written(tmp_path):
   """Every predict reads its photos through predict_lib.read_photos: a signal is honoured before the
   next photo (not after the last of 400), with what the command has written."""
-  import signal  # pylint: disable=g-import-not-at-top
-  from common.app import predict as predict_lib  # pylint: disable=g-import-not-at-top
-  from common.runtime import signals  # pylint: disable=g-import-not-at-top
   paths = [str(path) for path in write_photos(tmp_path)]
   read = predict_lib.read_photos(paths, written=lambda done: f"{done} written")
   next(read)

@@ -190,19 +190,19 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     raise ConfigError(f"--embed_to={embed_path}: name a .npy file (numpy writes {embed_path}.npy "
                       "for this name)")
   gallery_paths = predict_lib.photo_paths([gallery], max_pixels) if gallery else []
-  predict_lib.check_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
-                                        "--output": predict_lib.folder_of(output)})
-  embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
-  if threshold is not None:
-    embedder.threshold, embedder.source = threshold, "from --threshold"
-  if not embed_path:
-    shown = f"{embedder.threshold:.4f}" if embedder.threshold is not None else "none"
-    print(f"threshold {shown} ({embedder.source}): a pair is the same identity below it")
-  if embed_path:
-    return embed_to(embedder, paths, embed_path, max_pixels)
-  if compare_two:
-    return compare(embedder, paths, max_pixels)
-  return search(embedder, paths, gallery_paths, top_k, output, max_pixels)
+  with predict_lib.checked_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
+                                               "--output": predict_lib.folder_of(output)}):
+    embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
+    if threshold is not None:
+      embedder.threshold, embedder.source = threshold, "from --threshold"
+    if not embed_path:
+      shown = f"{embedder.threshold:.4f}" if embedder.threshold is not None else "none"
+      print(f"threshold {shown} ({embedder.source}): a pair is the same identity below it")
+    if embed_path:
+      return embed_to(embedder, paths, embed_path, max_pixels)
+    if compare_two:
+      return compare(embedder, paths, max_pixels)
+    return search(embedder, paths, gallery_paths, top_k, output, max_pixels)
 
 
 def main(argv):

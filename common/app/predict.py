@@ -1,7 +1,9 @@
 """What the trainers' predict commands share: their flags, the model they read (a run's best weights,
 else its newest checkpoint, with the run's config.json; or a SavedModel), the photos (listed from
 folders, bounded by --max_pixels, read as a viewer shows them, a bad file one line as in training)
-and the table they print and write as CSV. Nothing is written but where the user's flags say."""
+and the table they print and write as CSV. Nothing is written but where the user's flags say, and
+a command that stops before writing there leaves no folder it made."""
+import contextlib
 import csv
 import os
 
@@ -71,21 +73,23 @@ def read_photos(paths, max_pixels=None, written=lambda done: "nothing was writte
   logging.info("photos are read as a photo viewer shows them: EXIF orientation applied (PIL's "
                "ImageOps.exif_transpose)")
   for done, path in enumerate(paths):
-    signals.check(f"after {done} of {len(paths)} photos; {written(done)}")
+    signals.check(f"after {done} of {len(paths)} photos; {written(done) if done else 'nothing was written'}")
     image, orientation = photos.read_photo(path, max_pixels)
     if orientation != 1:
       logging.info("%s: EXIF orientation %d, turned upright as a viewer shows it", path, orientation)
     yield path, image
 
 
-def check_paths(saved_model, folders):
+@contextlib.contextmanager
+def checked_paths(saved_model, folders):
   """Before the model loads: a --saved_model that is not one, then the output folders ({flag:
-  folder, None where not given}) can be written; each one line naming the path and the flag."""
+  folder, None where not given}) can be written, each one line naming the path and the flag; then
+  the block, the command's work: one that stops leaves no folder these checks made and nothing was
+  written into (workdir_lib.checked_writable)."""
   if saved_model:
     workdir_lib.check_saved_model(saved_model)
-  for flag, folder in folders.items():
-    if folder:
-      workdir_lib.check_writable(folder, flag=flag)
+  with workdir_lib.checked_writable(folders):
+    yield
 
 
 def folder_of(path):

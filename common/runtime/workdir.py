@@ -75,6 +75,34 @@ def check_writable(*directories, flag="--workdir"):
           os.remove(probe)
 
 
+@contextlib.contextmanager
+def checked_writable(folders):
+  """check_writable for each folder of {flag: folder} (None where not given), then the block: a
+  block that stops (refused, failed or interrupted) leaves none of the folders check_writable made
+  that are still empty, so that a command that wrote nothing leaves nothing it made."""
+  given = {flag: folder for flag, folder in folders.items() if folder}
+  # Deepest first (a child's path is longer than its parent's), so that a parent is empty when its turn comes.
+  made = sorted({path for folder in given.values() for path in _missing(folder)}, key=len, reverse=True)
+  try:
+    for flag, folder in given.items():
+      check_writable(folder, flag=flag)
+    yield
+  except BaseException:
+    for path in made:
+      with contextlib.suppress(OSError):  # not empty (an output in it) or not made: kept
+        os.rmdir(path)
+    raise
+
+
+def _missing(folder):
+  """The folders of `folder`'s path that do not exist (makedirs would make them)."""
+  missing, path = [], os.path.abspath(folder)
+  while not os.path.lexists(path) and os.path.dirname(path) != path:
+    missing.append(path)
+    path = os.path.dirname(path)
+  return missing
+
+
 def check_saved_model(path, trainer=None):
   """A --saved_model that is missing, a file or a folder without saved_model.pb is one line; so is,
   given `trainer` (a Task's name), the export of another trainer (its assets/trainer.txt says whose;
