@@ -25,6 +25,8 @@ SCRIPT = textwrap.dedent("""
       config.train.batch_size = 8
       config.train.log_every = 5
       config.optimizer.learning_rate = 0.05
+      config.train.ema_decay = float(sys.argv[2])  # the run ends with (returns) the average
+      config.train.accumulate_steps = int(sys.argv[3])
       keras.utils.set_random_seed(0)
       with strategy.scope():
         inputs = keras.Input((6,))
@@ -51,9 +53,11 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_two_replicas_match_one_device(tmp_path):
-  # Clipping is on (optimizer.clipnorm=1.0): it must see the gradient of the whole batch.
-  result = run_python(["-c", SCRIPT, str(tmp_path)], timeout=600)
+@pytest.mark.parametrize("ema_decay, accumulate_steps", [(0.0, 1), (0.9, 2)])
+def test_two_replicas_match_one_device(tmp_path, ema_decay, accumulate_steps):
+  # Clipping is on (optimizer.clipnorm=1.0): it must see the gradient of the whole batch. The
+  # weight average and micro-batches of 2 per replica are computed alike on every replica.
+  result = run_python(["-c", SCRIPT, str(tmp_path), str(ema_decay), str(accumulate_steps)], timeout=600)
   lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
   assert lines, result.stderr[-3000:]
   assert float(lines[0].split()[1]) < 1e-5
