@@ -9,7 +9,6 @@ import os
 
 from absl import flags
 from absl import logging
-import tensorflow as tf
 
 from common.app import cli
 from common.contract.errors import CheckpointError
@@ -40,7 +39,7 @@ def restore_weights(model, workdir):
     directory = checkpoints.checkpoint_dir(workdir)
     if not checkpoints.newest(directory):
       raise CheckpointError(f"no checkpoint in {directory}; train into --workdir first, or pass --saved_model")
-  path = checkpoints.restore_newest(tf.train.Checkpoint(model=model), directory)
+  path = checkpoints.restore_weights(model, directory)
   logging.info("predicting with %s", path)
   return path
 
