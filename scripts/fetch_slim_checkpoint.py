@@ -95,7 +95,8 @@ def fetch(output_dir, url=PUBLISHED_URL, from_file=None, sha256="", size=0, say=
   if from_file:
     tarball = from_file
     if not os.path.isfile(tarball):
-      raise FetchError(f"--from_file {tarball} does not exist")
+      what = "is a folder, not the tarball" if os.path.isdir(tarball) else "does not exist"
+      raise FetchError(f"--from_file {tarball} {what}")
     check_file(tarball, sha256, size, say)
   else:
     tarball = os.path.join(output_dir, os.path.basename(PUBLISHED_URL))
