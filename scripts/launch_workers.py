@@ -127,9 +127,16 @@ class Workers:
         thread.join(timeout=5)
 
 
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    """A bad flag is the commands' one `error:` line and exit code 2 (argparse's usage line before it
+    would be a second line)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                   usage="launch_workers.py --num_workers N -- COMMAND ...")
+  parser = _Parser(description=__doc__.split("\n\n")[0], usage="launch_workers.py --num_workers N -- COMMAND ...")
   parser.add_argument("--num_workers", type=int, required=True, help="worker processes to start (>= 1)")
   parser.add_argument("--stop_timeout_s", type=float, default=30.0,
                       help="after a failure or a signal, how long the workers may take to stop "
