@@ -7,7 +7,8 @@ python -m inception_finetune.predict --saved_model=runs/dogs/saved_model --top_k
 Photos of any format and colour mode (a folder stands for its photos, sorted) get the evaluation's
 preprocessing (central crop data.central_fraction, TF-Slim's bilinear resize to data.image_size,
 [-1, 1]) and are read as a photo viewer shows them (their EXIF orientation applied); one over
---max_pixels is refused before the model loads.
+--max_pixels is refused before the model loads; one that does not read is named and left out, and the
+command ends with exit code 2 once the others' classes are shown.
 
 --workdir reads a training run: its own config.json (--config.key=value on top), its classes
 (labels.txt) and the weights of its best evaluation (best/) or else of its newest checkpoint; as in
@@ -82,15 +83,16 @@ def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=N
   photos.MAX_PIXELS) are refused."""
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
-  paths = predict_lib.photo_paths(paths, max_pixels)
+  photos = predict_lib.Photos(predict_lib.photo_paths(paths, max_pixels), max_pixels)
   with predict_lib.checked_paths(saved_model, {"--output": predict_lib.folder_of(output)}):
     probabilities, names = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
     rows = []
-    for path, image in predict_lib.read_photos(paths, max_pixels):
+    for path, image in photos:
       scores = probabilities(image)
       for rank, class_id in enumerate(np.argsort(-scores, kind="stable")[:top_k], 1):
         rows.append([path, rank, int(class_id), names[class_id], float(scores[class_id])])
     predict_lib.show_table(["image", "rank", "class_id", "class_name", "probability"], rows, output)
+    photos.finish(f"the classes of the other {len(photos.read)} are above{f' and in {output}' if output else ''}")
   return rows
 
 

@@ -7,7 +7,8 @@ python -m segmentation.predict --saved_model=runs/segmentation/saved_model --out
 --workdir reads a training run: its own config.json (--config.key=value on top), and the weights of
 its best evaluation (best/, with train.best_metric) or else of its newest checkpoint; --saved_model
 reads an export. Photos are read as a photo viewer shows them (their EXIF orientation applied); one
-over --max_pixels is refused before the model loads.
+over --max_pixels is refused before the model loads; one that does not read is named and left out, and
+the command ends with exit code 2 once the others' masks are written.
 """
 from common.runtime import process
 
@@ -61,12 +62,13 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   folders of them; max_pixels: larger images are refused, default config.data.eval_max_pixels."""
   settings = data_lib.read_settings(config.data, for_training=False)
   max_pixels = max_pixels or settings.eval_max_pixels
-  paths = predict_lib.photo_paths(paths, max_pixels)
-  said = lambda done: f"the masks of the first {done} are in {output_dir}; run the command on the others"
+  photos = predict_lib.Photos(predict_lib.photo_paths(paths, max_pixels), max_pixels,
+                              lambda done: f"their masks are in {output_dir}")
   with predict_lib.checked_paths(saved_model, {"--output_dir": output_dir}):
     classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config, settings)
-    return [write_masks(path, image, classify, output_dir)
-            for path, image in predict_lib.read_photos(paths, max_pixels, said)]
+    written = [write_masks(path, image, classify, output_dir) for path, image in photos]
+    photos.finish(f"the masks of the other {len(written)} are in {output_dir}")
+  return written
 
 
 def write_masks(path, image, classify, output_dir):

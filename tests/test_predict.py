@@ -1,9 +1,10 @@
 """The trainers' predict commands, in one interpreter: a photo stored turned with EXIF orientation 6
 predicts as the upright photo does (segmentation's mask, Inception's classes, triplet's embedding);
 triplet's compare uses the verification threshold the run chose, from metrics.json (--workdir) and
-from the SavedModel (--saved_model); bad files and flags are one line, a photo over --max_pixels
-refused before the model loads, and a command that stops before writing leaves no folder it made.
-The README's command lines run in tests/test_readme_commands.py."""
+from the SavedModel (--saved_model); bad files and flags are one line; a bad photo among good ones is
+named and left out (the others get their results, then exit 2), one over --max_pixels refused
+before the model loads, and a command that stops before writing leaves no folder it made. The
+README's command lines run in tests/test_readme_commands.py."""
 import json
 import os
 import shutil
@@ -82,6 +83,28 @@ def stopped(capsys, function, *args, **kwargs):
   return captured.out, lines
 
 
+def photo_folder(root):
+  """(folder, its good photos, its bad ones): two small photos around a file of 0 bytes, a JPEG cut
+  short and a text file named .jpg (in this order: sorted, as a folder is read)."""
+  folder = root / "photos"
+  folder.mkdir()
+  rng = np.random.default_rng(1)
+  for name in ("a.png", "z.jpg"):
+    Image.fromarray(rng.integers(0, 255, (24, 32, 3)).astype(np.uint8)).save(folder / name)
+  (folder / "b_empty.jpg").write_bytes(b"")
+  (folder / "c_cut.jpg").write_bytes((folder / "z.jpg").read_bytes()[:300])
+  (folder / "d_text.jpg").write_text("not a photo\n")
+  return (str(folder), [str(folder / name) for name in ("a.png", "z.jpg")],
+          [str(folder / name) for name in ("b_empty.jpg", "c_cut.jpg", "d_text.jpg")])
+
+
+def assert_bad_photos_named(lines, bad, last):
+  """lines: one `error:` line naming each bad photo, in order, then `last`."""
+  assert len(lines) == len(bad) + 1 and lines[-1] == last, lines
+  for line, path in zip(lines, bad):
+    assert line.startswith(f"error: {path}: does not decode as an image ("), (path, lines)
+
+
 def stand_in_saved_model(root):
   """A folder that passes the checks made before a SavedModel loads (its saved_model.pb empty):
   loading it fails, so a line that comes first is the one a command gives."""
@@ -113,6 +136,28 @@ def test_segmentation_predicts_an_exif_photo_as_shown(tmp_path, caplog):
   assert "EXIF orientation applied (PIL's ImageOps.exif_transpose)" in caplog.text
   assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
       f"{name}_{kind}.png" for name in masks for kind in ("classes", "mask", "overlay"))
+
+
+def test_segmentation_writes_every_good_photos_masks_and_names_each_bad_one(tmp_path, capsys):
+  """A 0-byte file, a JPEG cut short and a text file named .jpg among good photos: one line each,
+  the good ones' masks written, then a line saying how many were done (exit 2). A command whose
+  every photo is bad writes nothing, and makes no folder."""
+  config, run = segmentation_run(tmp_path)
+  folder, _, bad = photo_folder(tmp_path)
+  out = tmp_path / "masks"
+  _, lines = stopped(capsys, segmentation_predict.predict_files, [folder], str(out), config, workdir=run)
+  assert_bad_photos_named(lines, bad, f"error: 3 of 5 photos did not read (each named above); the masks of "
+                                      f"the other 2 are in {out}")
+  assert sorted(os.listdir(out)) == sorted(f"{name}_{kind}.png" for name in ("a", "z")
+                                           for kind in ("classes", "mask", "overlay"))
+  _, lines = stopped(capsys, segmentation_predict.predict_files, bad[:1], str(tmp_path / "new" / "masks"),
+                     config, workdir=run)
+  assert len(lines) == 1 and lines[0].startswith(f"error: {bad[0]}: does not decode as an image"), lines
+  _, lines = stopped(capsys, segmentation_predict.predict_files, bad[1:], str(tmp_path / "new" / "masks"),
+                     config, workdir=run)
+  assert_bad_photos_named(lines, bad[1:], "error: none of the 2 photos read (each named above); nothing was "
+                                          "written")
+  assert not (tmp_path / "new").exists()
 
 
 @pytest.fixture(scope="module")
@@ -227,11 +272,12 @@ def test_bad_photos_and_flags_are_one_line(triplet_run, tmp_path, capsys):
   (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
   (tmp_path / "empty").mkdir()
   run = triplet_predict.run
-  cases = [  # (the call, what its line says)
+  not_compared = "error: 1 of 2 photos did not read (each named above); nothing was compared"
+  cases = [  # (the call, what its line says, or its lines)
       (lambda: run([upright, str(tmp_path / "broken.jpg")], config, workdir=str(workdir), compare_two=True),
-       f"error: {tmp_path / 'broken.jpg'}: does not decode as an image"),
+       [f"error: {tmp_path / 'broken.jpg'}: does not decode as an image", not_compared]),
       (lambda: run([upright, str(tmp_path / "missing.png")], config, workdir=str(workdir), compare_two=True),
-       f"error: {tmp_path / 'missing.png'}: no such file"),
+       [f"error: {tmp_path / 'missing.png'}: no such file", not_compared]),
       (lambda: run([str(tmp_path / "empty")], config, workdir=str(workdir), embed_path="e.npy"),
        f"error: {tmp_path / 'empty'}: no files ending in"),
       (lambda: run([upright], config, workdir=str(workdir), compare_two=True),
@@ -243,9 +289,47 @@ def test_bad_photos_and_flags_are_one_line(triplet_run, tmp_path, capsys):
        f"error: no checkpoint in {checkpoints.checkpoint_dir(str(tmp_path))}"),
   ]
   for call, said in cases:
-    line = error_line(capsys, call)
-    assert line.startswith(said), (said, line)
+    said = said if isinstance(said, list) else [said]
+    lines = stopped(capsys, call)[1][-len(said):]
+    assert all(line.startswith(start) for line, start in zip(lines, said)), (said, lines)
   assert not (tmp_path / "e.npy").exists()
+
+
+@pytest.mark.slow  # an Inception V4 and the triplet smoke run
+def test_inception_and_triplet_give_every_good_photos_result_and_name_each_bad_one(
+    inception_run, triplet_run, tmp_path, capsys):
+  """As segmentation's masks: the good photos' classes (table and CSV), embeddings (.npy and .tsv)
+  and gallery matches, a line per bad photo, then one saying how many were done (exit 2); --compare
+  needs both photos."""
+  folder, good, bad = photo_folder(tmp_path)
+  workdir, config, _ = inception_run
+  table = tmp_path / "top.csv"
+  out, lines = stopped(capsys, inception_predict.classify, [folder], config, workdir=str(workdir), top_k=1,
+                       output=str(table))
+  assert_bad_photos_named(lines, bad, f"error: 3 of 5 photos did not read (each named above); the classes "
+                                      f"of the other 2 are above and in {table}")
+  assert [line.split()[0] for line in out.strip().splitlines()] == ["image", *good]
+  assert [row.split(",")[0] for row in table.read_text().splitlines()] == ["image", *good]
+  workdir, config, _ = triplet_run
+  saved_model = str(workdir / "saved_model")
+  embeddings = tmp_path / "e.npy"
+  _, lines = stopped(capsys, triplet_predict.run, [folder], config, saved_model=saved_model,
+                     embed_path=str(embeddings))
+  assert_bad_photos_named(lines, bad, f"error: 3 of 5 photos did not read (each named above); the embeddings "
+                                      f"of the other 2 are in {embeddings}, their files in {tmp_path / 'e.tsv'}")
+  assert np.load(embeddings).shape == (2, config.model.embedding_size)
+  assert (tmp_path / "e.tsv").read_text() == f"row\tfile\n0\t{good[0]}\n1\t{good[1]}\n"
+  out, lines = stopped(capsys, triplet_predict.run, [good[1], bad[0]], config, saved_model=saved_model,
+                       gallery=folder, top_k=5)
+  assert_bad_photos_named(lines, bad + bad[:1], "error: 4 of 7 photos did not read (each named above); the "
+                                                "table above holds 1 of the 2 queries, matched among 2 of the "
+                                                "gallery's 5 photos")
+  assert [row.split()[:3] for row in out.strip().splitlines()[2:]] == [[good[1], "1", good[1]],
+                                                                       [good[1], "2", good[0]]]
+  _, lines = stopped(capsys, triplet_predict.run, [good[0], bad[0]], config, saved_model=saved_model,
+                     compare_two=True)
+  assert_bad_photos_named(lines, bad[:1], "error: 1 of 2 photos did not read (each named above); nothing was "
+                                          "compared")
 
 
 def over_max_pixels(path, size, pixels, bound):
@@ -409,10 +493,10 @@ def test_inception_class_names_short_or_not_utf8_are_one_line(tmp_path, capsys):
 
 
 def test_a_signal_stops_predict_between_photos_saying_what_was_written(tmp_path):
-  """Every predict reads its photos through predict_lib.read_photos: a signal is honoured before the
-  next photo (not after the last of 400), with what the command has written."""
+  """Every predict reads its photos through predict_lib.Photos: a signal is honoured before the next
+  photo (not after the last of 400), with what the command has written."""
   paths = [str(path) for path in write_photos(tmp_path)]
-  read = predict_lib.read_photos(paths, written=lambda done: f"{done} written")
+  read = iter(predict_lib.Photos(paths, written=lambda done: f"{done} written"))
   next(read)
   signals._received.append(signal.SIGINT)  # pylint: disable=protected-access  # as the handler records it
   try:

@@ -18,7 +18,8 @@ that table as CSV too).
 its best evaluation (best/) or else of its newest checkpoint; --saved_model reads an export. Photos
 get the evaluation's preprocessing (resized to data.load_size, the central data.crop_size crop) and
 are read as a photo viewer shows them (their EXIF orientation applied); one over --max_pixels is
-refused before the model loads.
+refused before the model loads; one that does not read is named and left out (of the .npy, of the
+gallery), and the command ends with exit code 2 once the others' results are given.
 """
 from common.runtime import process
 
@@ -120,19 +121,19 @@ def threshold_problem(value):
   return None
 
 
-def embed_all(embedder, paths, max_pixels):
-  """[N, D] float32 embeddings of the photos, in order."""
-  return np.stack([embedder.embed(image) for _, image in predict_lib.read_photos(paths, max_pixels)]
-                  ).astype(np.float32)
+def embed_all(embedder, photos):
+  """[N, D] float32 embeddings of the photos that read (photos.read: their positions), in order."""
+  return np.stack([embedder.embed(image) for _, image in photos]).astype(np.float32)
 
 
 def verdict(distance, threshold):
   return "?" if threshold is None else "same" if distance < threshold else "different"
 
 
-def embed_to(embedder, paths, output, max_pixels):
+def embed_to(embedder, photos, output):
   """Writes output (.npy) and its index, output with .tsv for .npy: row and file of each embedding."""
-  embeddings = embed_all(embedder, paths, max_pixels)
+  embeddings = embed_all(embedder, photos)
+  paths = [photos.paths[i] for i in photos.read]
   index = os.path.splitext(output)[0] + ".tsv"
   try:
     with workdir_lib.writing(output, flag="--embed_to"):
@@ -145,28 +146,38 @@ def embed_to(embedder, paths, output, max_pixels):
         os.remove(written)
     raise
   print(f"{len(paths)} embeddings of {embeddings.shape[1]} values in {output}, their files in {index}")
+  photos.finish(f"the embeddings of the other {len(paths)} are in {output}, their files in {index}")
   return embeddings
 
 
-def compare(embedder, paths, max_pixels):
-  a, b = embed_all(embedder, paths, max_pixels)
-  distance = float(np.linalg.norm(a - b))
+def compare(embedder, photos):
+  embeddings = embed_all(embedder, photos)
+  photos.finish("nothing was compared")  # a distance needs both photos
+  distance = float(np.linalg.norm(embeddings[0] - embeddings[1]))
   predict_lib.show_table(["image_a", "image_b", "distance", "verdict"],
-                         [[paths[0], paths[1], distance, verdict(distance, embedder.threshold)]])
+                         [[*photos.paths, distance, verdict(distance, embedder.threshold)]])
   return distance
 
 
-def search(embedder, queries, gallery_paths, top_k, output, max_pixels):
-  """Prints (and with output writes as CSV) the top_k gallery photos nearest to each query."""
-  embeddings = embed_all(embedder, gallery_paths + queries, max_pixels)
-  found = embeddings[:len(gallery_paths)]
+def search(embedder, photos, num_gallery, top_k, output):
+  """Prints (and with output writes as CSV) the top_k gallery photos nearest to each query: photos
+  holds the gallery's num_gallery photos, then the queries."""
+  embeddings = embed_all(embedder, photos)
+  is_gallery = np.array(photos.read) < num_gallery
+  gallery_paths = [photos.paths[i] for i in photos.read if i < num_gallery]
+  queries = [photos.paths[i] for i in photos.read if i >= num_gallery]
+  if not gallery_paths or not queries:
+    photos.finish(f"no {'gallery photo' if not gallery_paths else 'query'} read: nothing was searched")
+  found = embeddings[is_gallery]
   rows = []
-  for query, embedding in zip(queries, embeddings[len(gallery_paths):]):
+  for query, embedding in zip(queries, embeddings[~is_gallery]):
     distances = np.linalg.norm(found - embedding, axis=1)
     for rank, i in enumerate(np.argsort(distances, kind="stable")[:top_k], 1):
       rows.append([query, rank, gallery_paths[i], float(distances[i]),
                    verdict(distances[i], embedder.threshold)])
   predict_lib.show_table(["query", "rank", "gallery_image", "distance", "verdict"], rows, output)
+  photos.finish(f"the table above holds {len(queries)} of the {len(photos.paths) - num_gallery} queries, "
+                f"matched among {len(gallery_paths)} of the gallery's {num_gallery} photos")
   return rows
 
 
@@ -190,6 +201,7 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     raise ConfigError(f"--embed_to={embed_path}: name a .npy file (numpy writes {embed_path}.npy "
                       "for this name)")
   gallery_paths = predict_lib.photo_paths([gallery], max_pixels) if gallery else []
+  photos = predict_lib.Photos(gallery_paths + paths, max_pixels)
   with predict_lib.checked_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
                                                "--output": predict_lib.folder_of(output)}):
     embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
@@ -199,10 +211,10 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
       shown = f"{embedder.threshold:.4f}" if embedder.threshold is not None else "none"
       print(f"threshold {shown} ({embedder.source}): a pair is the same identity below it")
     if embed_path:
-      return embed_to(embedder, paths, embed_path, max_pixels)
+      return embed_to(embedder, photos, embed_path)
     if compare_two:
-      return compare(embedder, paths, max_pixels)
-    return search(embedder, paths, gallery_paths, top_k, output, max_pixels)
+      return compare(embedder, photos)
+    return search(embedder, photos, len(gallery_paths), top_k, output)
 
 
 def main(argv):

@@ -165,8 +165,13 @@ def fail(message, code=EXIT_USER_ERROR):
   values, say) are silenced so that the error stays the last line."""
   logging.set_verbosity(logging.ERROR)
   std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
-  print(f"error: {message}", file=sys.stderr, flush=True)
+  print_error(message)
   sys.exit(code)
+
+
+def print_error(message):
+  """One `error:` line on stderr: a command's last, or one of a bad input it goes on past (a photo)."""
+  print(f"error: {message}", file=sys.stderr, flush=True)
 
 
 def _parse_flags(argv):

@@ -1,8 +1,8 @@
 """What the trainers' predict commands share: their flags, the model they read (a run's best weights,
 else its newest checkpoint, with the run's config.json; or a SavedModel), the photos (listed from
-folders, bounded by --max_pixels, read as a viewer shows them, a bad file one line as in training)
-and the table they print and write as CSV. Nothing is written but where the user's flags say, and
-a command that stops before writing there leaves no folder it made."""
+folders, bounded by --max_pixels, read as a viewer shows them, a bad file one line as in training and
+left out) and the table they print and write as CSV. Nothing is written but where the user's flags
+say, and a command that stops before writing there leaves no folder it made."""
 import contextlib
 import csv
 import os
@@ -12,6 +12,7 @@ from absl import logging
 
 from common.app import cli
 from common.contract.errors import CheckpointError
+from common.contract.errors import DataError
 from common.data import photos
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
@@ -65,18 +66,48 @@ def photo_paths(args, max_pixels=None):
   return paths
 
 
-def read_photos(paths, max_pixels=None, written=lambda done: "nothing was written"):
-  """Yields (path, uint8 [h, w, 3]) of each photo as a viewer shows it (its EXIF orientation applied),
-  its pixels bounded by max_pixels. Before each photo a signal stops the command (a safe point), with
-  what written(photos done) says."""
-  logging.info("photos are read as a photo viewer shows them: EXIF orientation applied (PIL's "
-               "ImageOps.exif_transpose)")
-  for done, path in enumerate(paths):
-    signals.check(f"after {done} of {len(paths)} photos; {written(done) if done else 'nothing was written'}")
-    image, orientation = photos.read_photo(path, max_pixels)
-    if orientation != 1:
-      logging.info("%s: EXIF orientation %d, turned upright as a viewer shows it", path, orientation)
-    yield path, image
+class Photos:
+  """The photos of photo_paths, read one at a time as a viewer shows them (EXIF orientation applied).
+
+  A photo that does not read (missing, not an image, cut short) is named in an `error:` line when met
+  and left out, so that the others still get their results; the command then gives them and calls
+  finish(), which ends it with exit code 2 saying how many were done. When no photo reads the
+  reading stops there (the one photo's own line when it was one). Before each photo a signal stops
+  the command (a safe point), with what written(photos read so far) says.
+  """
+
+  def __init__(self, paths, max_pixels=None, written=lambda done: "nothing was written"):
+    self.paths, self._max_pixels, self._written = paths, max_pixels, written
+    self.read = []  # the positions in paths of the photos that read
+
+  def __iter__(self):
+    logging.info("photos are read as a photo viewer shows them: EXIF orientation applied (PIL's "
+                 "ImageOps.exif_transpose)")
+    for position, path in enumerate(self.paths):
+      signals.check(f"after {position} of {len(self.paths)} photos; {self._written_so_far()}")
+      try:
+        image, orientation = photos.read_photo(path, self._max_pixels)
+      except DataError as e:
+        if len(self.paths) == 1:  # a count would only repeat its line
+          raise
+        cli.print_error(str(e))
+        continue
+      if orientation != 1:
+        logging.info("%s: EXIF orientation %d, turned upright as a viewer shows it", path, orientation)
+      self.read.append(position)
+      yield path, image
+    if not self.read:
+      raise DataError(f"none of the {len(self.paths)} photos read (each named above); nothing was written")
+
+  def _written_so_far(self):
+    return self._written(len(self.read)) if self.read else "nothing was written"
+
+  def finish(self, given):
+    """After the command gave the results of the photos that read (`given` says where): a DataError
+    when some did not."""
+    left_out = len(self.paths) - len(self.read)
+    if left_out:
+      raise DataError(f"{left_out} of {len(self.paths)} photos did not read (each named above); {given}")
 
 
 @contextlib.contextmanager
