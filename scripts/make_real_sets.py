@@ -256,8 +256,18 @@ def _fail(message):
   sys.exit(2)
 
 
+class _Stopped(Exception):
+  """SIGTERM, raised where the sets are being written (as Ctrl-C raises KeyboardInterrupt)."""
+
+
+def _stop(signum, frame):
+  del signum, frame
+  raise _Stopped()
+
+
 def main(argv):
   del argv
+  signal.signal(signal.SIGTERM, _stop)  # a line saying what is left, as for Ctrl-C (was: killed silently)
   unknown = sorted(set(flags.FLAGS.sets) - set(SETS))
   if unknown:
     _fail(f"--sets: unknown {', '.join(unknown)}; valid: {', '.join(SETS)}")
@@ -265,10 +275,11 @@ def main(argv):
     _fail(f"--train_identities={flags.FLAGS.train_identities}: must be in 2..70")
   try:
     written = write_all(flags.FLAGS.output_dir, flags.FLAGS.sets, flags.FLAGS.train_identities)
-  except KeyboardInterrupt:  # Ctrl-C: one line, as the trainers say it, not a traceback
-    print(f"interrupted by SIGINT: {flags.FLAGS.output_dir} holds part of the sets; run the command "
+  except (KeyboardInterrupt, _Stopped) as e:  # Ctrl-C, SIGTERM: one line, as the trainers say it
+    signum = signal.SIGTERM if isinstance(e, _Stopped) else signal.SIGINT
+    print(f"interrupted by {signum.name}: {flags.FLAGS.output_dir} holds part of the sets; run the command "
           "again to write them whole", file=sys.stderr)
-    sys.exit(128 + signal.SIGINT)
+    sys.exit(128 + signum)
   except OSError as e:  # a read-only or full folder
     _fail(f"cannot write {e.filename or flags.FLAGS.output_dir} ({e.strerror or e}); choose another "
           "--output_dir or free space, then run the command again")
