@@ -1,6 +1,7 @@
 """Helpers the test modules share: configs with overrides, TensorBoard events, subprocess runs and
 servers, stand-in inputs (a VOC folder, a TF-Slim Inception V4 checkpoint)."""
 import glob
+import gzip
 import importlib
 import json
 import os
@@ -95,7 +96,10 @@ def wait_for_json(url, ready, timeout_s):
   while time.time() < deadline:
     try:
       with urllib.request.urlopen(url, timeout=5) as response:
-        answer = json.load(response)
+        body = response.read()
+        # The profile plugin gzips its answers whatever the request accepts.
+        answer = json.loads(gzip.decompress(body) if response.headers.get("Content-Encoding") == "gzip"
+                            else body)
       if ready(answer):
         break
     except OSError:

@@ -27,6 +27,7 @@ SHARED = [
     ("train.keep_checkpoints", 0), ("train.steps_per_loop", 0), ("train.max_consecutive_nonfinite", 0),
     ("train.accumulate_steps", 0), ("train.accumulate_steps", -2), ("train.ema_decay", 1.0),
     ("train.ema_decay", -0.1), ("train.ema_decay", math.nan),
+    ("train.profile_steps", (4,)), ("train.profile_steps", (8, 4)), ("train.profile_steps", (0, 4)),
     ("train.stall_update_ratio", -1.0), ("train.stall_update_ratio", math.nan),
     ("train.stall_timeout_s", -1.0), ("train.seconds_per_loop", -1.0), ("train.stall_timeout_s", math.inf),
     ("train.on_stall", "hang"),

@@ -1,7 +1,10 @@
 """What TensorBoard shows of a segmentation run: training and evaluation images, the confusion matrix,
 the config as text and the HParams, read back from the event files."""
+import glob
+import importlib.util
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -43,7 +46,7 @@ def segmentation_run(tmp_path_factory):
   # Fewer steps than summaries.images_every: the training images still come, at the evaluation.
   argv = ["segmentation.train", f"--config={helpers.REPO_ROOT}/configs/segmentation.py:smoke",
           "--config.train.num_steps=10", "--config.summaries.images_every=1000",
-          "--config.summaries.activation_stats=True"]
+          "--config.summaries.activation_stats=True", "--config.train.profile_steps=(4,8)"]
   command_line = flags.FlagValues()
   config_flag = config_flags.DEFINE_config_file("config", flag_values=command_line, lock_config=True,
                                                 sys_argv=argv)
@@ -92,8 +95,8 @@ def test_a_segmentation_run_shows_images_confusion_matrix_config_and_hparams(seg
   experiment = hparams_metadata.parse_experiment_plugin_data(hparams[hparams_metadata.EXPERIMENT_TAG])
   columns = [info.name for info in experiment.hparam_infos]
   assert columns[:3] == ["preset", "optimizer.name", "optimizer.learning_rate"]
-  assert columns[-2:] == ["summaries.images_every", "summaries.activation_stats"]
-  assert set(columns) <= set(summaries.HPARAM_KEYS) | {"preset", "train.num_steps", "summaries.images_every",
+  assert columns[-3:] == ["summaries.images_every", "summaries.activation_stats", "train.profile_steps"]
+  assert set(columns) <= set(summaries.HPARAM_KEYS) | {"preset", "train.num_steps", "summaries.images_every", "train.profile_steps",
                                                        "summaries.activation_stats"}
   metrics = [(info.name.group, info.name.tag) for info in experiment.metric_infos]
   assert metrics[:2] == [("eval", "miou"), ("eval", "pixel_accuracy")]  # the headline metrics first
@@ -131,6 +134,12 @@ def test_tensorboard_serves_the_hparams_with_the_final_metrics(segmentation_run)
     assert group["hparams"]["train.num_steps"] == 10
     (miou,) = [m for m in group["metricValues"] if m["name"] == {"group": "eval", "tag": "miou"}]
     assert (miou["trainingStep"], miou["value"]) == (results["step"], pytest.approx(results["eval"]["miou"]))
+    # train.profile_steps's profile, in the Profile tab's list (with the profile extra; CI installs it).
+    (profile,) = glob.glob(str(runs / "segmentation" / "train" / "plugins" / "profile" / "*" / "*.xplane.pb"))
+    if importlib.util.find_spec("tensorboard_plugin_profile"):
+      session = os.path.basename(os.path.dirname(profile))
+      assert helpers.wait_for_json(f"{url}/profile/runs", lambda found: found, 60) == [
+          f"segmentation/train/{session}"]
   finally:
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=30)

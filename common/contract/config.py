@@ -40,6 +40,10 @@ def base_config():
   # Weight averaging: an exponential moving average of the weights with this decay (0 = off, else
   # e.g. 0.999) is what the run evaluates, keeps as its best and exports (raw/ figures beside it).
   config.train.ema_decay = 0.0
+  # (start, stop): a profile of the steps after start up to stop for TensorBoard's Profile tab
+  # (tensorboard-plugin-profile, requirements-profile.txt); () = off. Start after the first call,
+  # which traces.
+  config.train.profile_steps = ()
   config.train.num_steps = 1000
   config.train.log_every = 50
   config.train.eval_every = 500
@@ -256,6 +260,9 @@ def validate_config(config):
                        "summaries.scalars_every", "summaries.images_every",
                        "summaries.histograms_every", "summaries.max_summary_bytes"], POSITIVE_INT),
       "train.ema_decay": FRACTION,  # 0 = off
+      "train.profile_steps": Check(
+          lambda v: v == () or sequence_of(POSITIVE_INT, "").ok(v) and len(v) == 2 and v[0] < v[1],
+          "() (off) or (start, stop), steps with 1 <= start < stop"),
       "train.stall_update_ratio": NON_NEGATIVE,
       "train.stall_timeout_s": NON_NEGATIVE,  # 0 = off
       "train.on_stall": one_of("auto", "warn", "exit"),

@@ -1,4 +1,5 @@
 """Finding where training went wrong: non-finite values, activation statistics, stalls."""
+import contextlib
 import math
 import os
 import sys
@@ -151,3 +152,48 @@ def eval_loss_warning(eval_loss, train_loss):
           "statistics not yet adapted to the weights (layers trained from random weights with a "
           "momentum near 1, e.g. TF-Slim's 0.9997, which inference mode uses), or evaluation "
           "preprocessing that differs from training's (image scale, crop, normalization)")
+
+
+class StepProfile:
+  """train.profile_steps=(start, stop): TensorFlow's profiler records the steps after `start` up
+  to `stop` (whole compiled calls: a call ends at each of them) into <out>/train/plugins/profile/,
+  which TensorBoard's Profile tab opens with the tensorboard-plugin-profile package
+  (requirements-profile.txt). Only the chief profiles; () = off."""
+
+  def __init__(self, steps, out, chief):
+    self.steps = tuple(steps) if chief else ()
+    self.logdir = os.path.join(out, "train")
+    self._running = False
+
+  def actions(self, action):
+    """The two actions (of class `action`) that start and stop the profile; none when off."""
+    if not self.steps:
+      return []
+    return [action(self._start, at=self.steps[:1]), action(lambda call: self.stop(), at=self.steps[1:])]
+
+  def marking(self, step):
+    """While profiling, marks a compiled call as one step for the profile's step-time view (its
+    first step's number; a call may hold several)."""
+    if not self._running:
+      return contextlib.nullcontext()
+    return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+
+  def _start(self, call):
+    tf.profiler.experimental.start(self.logdir)
+    self._running = True
+    logging.info("profiling steps %d to %d into %s", call.step + 1, self.steps[1],
+                 os.path.join(self.logdir, "plugins", "profile"))
+
+  def stop(self):
+    """Ends the profile (at its last step, or where the run ends before it)."""
+    if not self._running:
+      return
+    tf.profiler.experimental.stop()
+    self._running = False
+    try:
+      import tensorboard_plugin_profile  # pylint: disable=g-import-not-at-top,unused-import
+      viewer = "TensorBoard's Profile tab shows it"
+    except ImportError:
+      viewer = ("TensorBoard's Profile tab needs tensorboard-plugin-profile: pip install -r "
+                "requirements-profile.txt (or pip install -e \".[profile]\")")
+    logging.info("profile written to %s; %s", os.path.join(self.logdir, "plugins", "profile"), viewer)

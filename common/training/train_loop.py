@@ -111,6 +111,7 @@ class _Run(NamedTuple):
   start_step: int  # where this run (re)started
   total_steps: int
   average: Optional[averaging.WeightAverage]  # train.ema_decay's, None when it is 0
+  profile: diagnostics.StepProfile  # train.profile_steps
 
 
 def train(config, workdir, *, strategy, model, phases, task, command_line=None):
@@ -174,7 +175,8 @@ def _start_run(config, cluster, model, phases, task):
     run_log.keep_in(os.path.join(cluster.out, "train.log"))
   summaries.write_config(start_step, config)
   return _Run(config, model, task, cluster, checkpoint, summaries, record, evaluate_fn, start_step,
-              total_steps=sum(phase.num_steps for phase in phases), average=average)
+              total_steps=sum(phase.num_steps for phase in phases), average=average,
+              profile=diagnostics.StepProfile(config.train.profile_steps, cluster.out, cluster.chief))
 
 
 def _exit_on_stall(train_cfg, cluster):
@@ -226,12 +228,14 @@ def _actions(run, phase, phase_end, watchdog):
       # Before each evaluation too, so that a failing or interrupted one loses no step.
       Action(lambda call: checkpoint.save(), every=(train_cfg.checkpoint_every, train_cfg.eval_every)),
       Action(evaluate, every=(train_cfg.eval_every,)),
+      *run.profile.actions(Action),
       Action(lambda call: _honour_signal(run, call.agreed)),
   ]
 
 
 def _end_training(run, watchdog):
   """Saves the last step and evaluates it, unless that was done, then honours a signal."""
+  run.profile.stop()  # a run that ends before the profile's last step
   checkpoint = run.checkpoint
   if not checkpoint.latest() or int(checkpoint.step) > run.start_step:
     checkpoint.save()
@@ -302,12 +306,13 @@ class _CompiledCalls:
     returns the actions' Call."""
     first, started = self.step, time.monotonic()
     try:
-      out = self._loop(tf.constant(end - first, tf.int32), tf.constant(self.consecutive, tf.int32),
-                       tf.constant(self._proposal, tf.int32))
+      with self._run.profile.marking(first + 1):
+        out = self._loop(tf.constant(end - first, tf.int32), tf.constant(self.consecutive, tf.int32),
+                         tf.constant(self._proposal, tf.int32))
+        rows = out["metrics"].numpy()  # the one read of the call's metrics
     except tf.errors.OutOfRangeError:
       raise DataError(f"the training dataset ended at step {int(self._run.checkpoint.step)}; it must "
                       "repeat (.repeat())") from None
-    rows = out["metrics"].numpy()  # the one read of the call's metrics
     self.step = first + len(rows)
     if self._traced:  # the first call's time is mostly tracing
       self._seconds_per_step = (time.monotonic() - started) / len(rows)
