@@ -10,7 +10,7 @@ For each trainer, with its config preset, the table has a row per variant
 with several phases (Inception V4: head, then unfrozen blocks), per phase:
   first step s    tracing, XLA compilation and one step;
   steps/s, train img/s  the trainer's own compiled step
-      (common/train_step.make_train_step) on two batches taken from its
+      (common/training/train_step.make_train_step) on two batches taken from its
       pipeline beforehand, so that input time is not in it;
   loop steps/s    the trainer's whole loop (common/train_loop.train, with
       the preset's steps_per_loop, log and summary settings) over the same

@@ -175,7 +175,7 @@ def gather_replicas(labels, embeddings):
 
   Call in a replica function (strategy.run) of several replicas; every replica
   then computes the same loss L over the global batch, and the same mining
-  statistics. The training step (common/train_step.make_train_step) divides
+  statistics. The training step (common/training/train_step.make_train_step) divides
   each replica's loss by the number of replicas R and sums the replicas'
   gradients. That sum is the single-device gradient of L on the concatenated
   batch when each replica contributes R * dL/d(its own embeddings) and nothing
