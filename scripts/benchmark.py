@@ -12,7 +12,7 @@ with several phases (Inception V4: head, then unfrozen blocks), per phase:
   steps/s, train img/s  the trainer's own compiled step
       (common/training/train_step.make_train_step) on two batches taken from its
       pipeline beforehand, so that input time is not in it;
-  loop steps/s    the trainer's whole loop (common/train_loop.train, with
+  loop steps/s    the trainer's whole loop (common/training/train_loop.train, with
       the preset's steps_per_loop, log and summary settings) over the same
       two batches, in the same process;
   loop/step       their ratio: below 1 by the host work of the loop;

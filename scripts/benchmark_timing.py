@@ -112,7 +112,7 @@ def time_train_step(train_step, batches, settings):
 
 def time_train_loop(task, config, strategy, model, phase, batches, steps_per_window, windows, workdir,
                     jit_compile):
-  """Steps/s of the trainer's own loop (common/train_loop.train with the preset's settings) over the
+  """Steps/s of the trainer's own loop (common/training/train_loop.train with the preset's settings) over the
   same batches as the compiled step: the median of `windows` progress windows of steps_per_window
   steps, after one more window that traces and compiles.
 
