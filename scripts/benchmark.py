@@ -22,8 +22,9 @@ with several phases (Inception V4: head, then unfrozen blocks), per phase:
   GFLOP/step, GFLOP/s, % of matmul  the step's counted FLOPs (scripts/flops.py),
       per second, as a share of the machine's large float32 matmul rate
       (float16 for mixed rows on a GPU).
-Above the table: the input pipeline alone (images/s) and evaluation with the
-trainer's predict function (images/s, per precision). Every rate is a median
+Above the table: the input pipeline alone (images/s, and how many times over it feeds a GTX 960M
+whose step runs at the card's float32 peak, GTX960M_GFLOPS, over the step's GFLOP per image) and
+evaluation with the trainer's predict function (images/s, per precision). Every rate is a median
 over timed windows after warm-up. On a machine without a GPU, mixed precision
 runs only with XLA unless --variants asks for it (see CPU_SLOW_VARIANTS in
 scripts/benchmark_trainers.py).
@@ -74,6 +75,7 @@ from scripts.benchmark_timing import gpu_device
 from scripts.benchmark_timing import measure_matmul
 from scripts.benchmark_trainers import BUDGET_MB
 from scripts.benchmark_trainers import CPU_SLOW_VARIANTS
+from scripts.benchmark_trainers import GTX960M_GFLOPS
 from scripts.benchmark_trainers import TRAINERS
 from scripts.benchmark_trainers import VARIANTS
 from scripts.benchmark_trainers import benchmark_trainer
@@ -126,7 +128,9 @@ def format_trainer(result):
   lines = [
       f"== {result['trainer']} (preset {result['preset']}, batch {result['batch_size']}, "
       f"{result['describe']})",
-      f"input pipeline alone: {result['input_images_per_s']:.1f} images/s",
+      f"input pipeline alone: {result['input_images_per_s']:.1f} images/s, "
+      f"{result['input_feed_ratio']:.2f}x a GTX 960M's FLOP-bound demand ({result['gtx960m_images_per_s']:.1f} "
+      f"images/s at {GTX960M_GFLOPS:.0f} GFLOP/s)",
       f"evaluation (the trainer's predict function on {result['eval_images']} images held in "
       "memory): " + ", ".join(f"{precision} {rate:.1f} images/s"
                               for precision, rate in result["eval_images_per_s"].items()),

@@ -28,6 +28,10 @@ TRAINERS = {"segmentation": ("configs.segmentation", "segmentation.task"),
             "inception_v4": ("configs.inception_v4", "inception_finetune.task")}
 VARIANTS = ("float32", "float32+xla", "mixed", "mixed+xla")
 BUDGET_MB = 4096  # the GTX 960M
+# The GTX 960M's float32 peak: 640 CUDA cores, a multiply-add (2 FLOP) each per cycle at the 1,176
+# MHz boost clock. A step bound by FLOPs alone would take the images of that rate, the most the card
+# can ask of the input pipeline.
+GTX960M_GFLOPS = 640 * 2 * 1.176
 # Left out on a machine without a GPU unless --variants names them.
 CPU_SLOW_VARIANTS = {
     "mixed": ("without XLA, TensorFlow's float16 convolution gradients on a CPU are hundreds of times "
@@ -168,6 +172,8 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
         os.path.join(workdir, f"{trainer}-loop-{precision}"))
     rows += precision_rows
   keras.mixed_precision.set_global_policy("float32")
+  # The phase of fewest FLOPs per image is the one that would take images the fastest.
+  gflop_per_image = min(row["gflop_per_step"] for row in rows) / batch_size
   own = estimates.get(config.mixed_precision) or next(iter(estimates.values()))
   exports = None
   if args.exports:
@@ -178,6 +184,8 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
       "batch_size": batch_size,
       "describe": task.describe,
       "input_images_per_s": input_rate,
+      "gtx960m_images_per_s": GTX960M_GFLOPS / gflop_per_image,
+      "input_feed_ratio": input_rate * gflop_per_image / GTX960M_GFLOPS,
       "eval_images": sum(int(batch.shape[0]) for batch in eval_inputs),
       "eval_images_per_s": eval_rates,
       "rows": rows,

@@ -167,12 +167,17 @@ def test_segmentation_benchmark_columns_are_positive(tmp_path, capsys):
       if key not in benchmark.TEXT_COLUMNS:
         _assert_positive_finite(f"{row['variant']} {key}", value)
   _assert_positive_finite("input", result["input_images_per_s"])
+  # The card's demand is its peak over the cheapest row's FLOPs per image; the ratio, the input's share.
+  gflop_per_image = min(row["gflop_per_step"] for row in result["rows"]) / 4
+  assert result["gtx960m_images_per_s"] == pytest.approx(benchmark.GTX960M_GFLOPS / gflop_per_image)
+  assert result["input_feed_ratio"] == pytest.approx(result["input_images_per_s"] / result["gtx960m_images_per_s"])
   assert set(result["eval_images_per_s"]) == {"float32", "mixed"}
   for precision, rate in result["eval_images_per_s"].items():
     _assert_positive_finite(f"eval {precision}", rate)
   _assert_positive_finite("matmul", results["header"]["matmul_gflops_per_s"]["float32"])
   printed = capsys.readouterr().out
   assert "== segmentation (preset smoke, batch 4" in printed
+  assert f"{result['input_feed_ratio']:.2f}x a GTX 960M's FLOP-bound demand" in printed
   assert "fits" in printed and "4096.0 MiB" in printed
   assert "not run" not in printed  # every variant was asked for
   written = json.loads(json_path.read_text())
