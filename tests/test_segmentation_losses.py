@@ -2,12 +2,16 @@
 Dice class by class, and Lovász-softmax by the definition of the Lovász extension (the Jaccard
 loss of each prefix of the sorted errors, built as sets) and by its integral over thresholds.
 """
+import json
+import textwrap
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from common.contract.errors import ConfigError
 from helpers import make_config
+from helpers import run_python
 from segmentation import losses
 from segmentation import task
 
@@ -214,3 +218,49 @@ def test_ohem_that_keeps_no_pixel_is_one_line_naming_both_keys():
                                                    "loss.ohem_min_kept": 0})
   with pytest.raises(ConfigError, match=r"^loss\.ohem_threshold=0 and loss\.ohem_min_kept=0 keep no pixel[^\n]*$"):
     task.validate_config(config)
+
+
+# Logical devices must be configured before TensorFlow initializes, hence a fresh process.
+TWO_REPLICAS = textwrap.dedent("""
+    import json
+    import os
+    import sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    from common.training import train_loop
+    from segmentation import task as task_lib
+    from tests.helpers import make_config, read_scalars
+
+    workdir = sys.argv[1]
+    config = make_config("segmentation", "smoke", **json.loads(sys.argv[2]))
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    keras.utils.set_random_seed(config.seed)
+    task = task_lib.make_task(config, workdir)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+      model = task.build_model()
+      phases = task.make_phases(model, True)
+    metrics = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task)
+    train = os.path.join(workdir, "train")
+    print("RESULT", json.dumps({tag: list(read_scalars(train, tag).values())
+                                for tag in ("loss", "loss_cross_entropy", "loss_dice", "loss_lovasz")}))
+""")
+
+
+def test_every_term_trains_on_two_replicas_in_float16(tmp_path):
+  """The terms inside the compiled step as a run uses them: two replicas, float16 logits (XLA on
+  two logical CPUs fails in the loop whatever the loss: a replica's BatchNorm variable read from the
+  other device)."""
+  overrides = {"loss.ohem": True, "loss.dice_weight": 0.5, "loss.lovasz_weight": 0.5, "train.num_steps": 3,
+               "train.log_every": 1, "summaries.scalars_every": 1, "train.eval_every": 3,
+               "train.checkpoint_every": 3, "mixed_precision": True}
+  result = run_python(["-c", TWO_REPLICAS, str(tmp_path), json.dumps(overrides)], timeout=600)
+  lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+  assert lines, result.stderr[-3000:]
+  scalars = json.loads(lines[0][len("RESULT "):])
+  assert all(len(values) == 3 and np.all(np.isfinite(values)) for values in scalars.values()), scalars
+  terms = np.array(scalars["loss_cross_entropy"]) + 0.5 * np.array(scalars["loss_dice"]) + 0.5 * np.array(
+      scalars["loss_lovasz"])
+  np.testing.assert_allclose(scalars["loss"], terms, rtol=1e-5)
