@@ -715,17 +715,24 @@ def test_make_real_sets_in_the_way_full_or_stopped_is_one_line(tmp_path):
       f"interrupted by SIGTERM: {output_dir} holds part of the sets; run the command again to write them whole"], stderr
 
 
-def test_a_config_file_missing_or_broken_is_one_line(tmp_path, capsys):
-  """--config of every trainer's command (cli.define_flags): a file that is not there, a folder, or
-  Python that does not run."""
+def test_a_config_file_missing_broken_or_of_another_trainer_is_one_line(tmp_path, capsys):
+  """--config of every trainer's command (cli.define_flags): a file that is not there, a folder, Python
+  that does not run, or another trainer's config file (was: a KeyError traceback once the run began)."""
   (tmp_path / "broken.py").write_text("def get_config(:\n")
   for path, said in ((tmp_path / "nothing.py", "error: config file {} does not exist (run from the repository root"),
                      (tmp_path, "error: config file {} does not exist (run from the repository root"),
-                     (tmp_path / "broken.py", "error: invalid syntax (broken.py, line 1)")):
-    # A --config.key override makes the check load the file, as the command line's parse does without one.
+                     (tmp_path / "broken.py", "error: invalid syntax (broken.py, line 1)"),
+                     ("configs/triplet.py:smoke", "error: config file configs/triplet.py is another trainer's config "
+                                                  "(22 of its 31 trainer keys, e.g. data.crop_size, are not this one's); "
+                                                  "give configs/segmentation.py or a copy of it")):
     code, lines = guarded(capsys, cli._check_config_args, "configs/segmentation.py",  # pylint: disable=protected-access
-                          ["train", f"--config={path}", "--config.seed=1"])
+                          ["train", f"--config={path}"])
     assert code == 2 and len(lines) == 1 and lines[0].startswith(said.format(path)), lines
+  # The trainer's own file, any preset, or a copy of it elsewhere, is its config.
+  shutil.copy("configs/inception_v4.py", tmp_path / "mine.py")
+  for default, given in (("configs/segmentation.py", "configs/segmentation.py:gtx960m"),
+                         ("configs/inception_v4.py", f"{tmp_path / 'mine.py'}:smoke")):
+    cli._check_config_args(default, ["train", f"--config={given}", "--config.seed=3"])  # pylint: disable=protected-access
 
 
 def test_a_bad_flag_of_a_command_is_one_line(capsys, monkeypatch):
@@ -768,9 +775,9 @@ def test_a_rerun_reads_its_broken_run_files_in_one_line(tmp_path, capsys, caplog
     assert config_lib.read_saved_config(str(workdir / "config.json"), config, "") == config_lib.resolved(config)
   (tmp_path / "folder" / "config.json").mkdir(parents=True)
   line = error_line(capsys, workdir_lib.write_run_config, config, str(tmp_path / "folder"))
-  # It names the temporary file the write renames (common/contract/config.py's write_config).
-  assert line.startswith(f"error: cannot write {tmp_path / 'folder' / 'config.json'}") and (
-      "(Is a directory); check the path or choose another --workdir") in line, line
+  assert line == (f"error: cannot write {tmp_path / 'folder' / 'config.json'} (Is a directory); check the path or "
+                  "choose another --workdir"), line
+  assert os.listdir(tmp_path / "folder") == ["config.json"]  # no config.json.tmp left
 
   run = tmp_path / "corrupt"
   data = test_run_files.corrupt(test_run_files.write_run("segmentation", run)[-1])

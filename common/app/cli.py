@@ -126,7 +126,8 @@ def check_evaluation_paths(workdir, saved_model, report_dir):
 
 
 def _check_config_args(default_config, argv):
-  """A missing config file or a typo in --config.some.key is one line, not a traceback.
+  """A missing config file, another trainer's or a typo in --config.some.key is one line, not a
+  traceback (another trainer's config was a KeyError deep in the run).
 
   config_flags defines the override flags while --config itself is being
   defined, so the check has to run first, on the config loaded without them.
@@ -136,16 +137,25 @@ def _check_config_args(default_config, argv):
   if not os.path.isfile(path):
     fail(f"config file {path} does not exist (run from the repository root, or give its path)")
   keys = config_lib.override_keys(argv[1:])
-  if not keys:
+  if not keys and not config_args:
     return
-  scratch = flags.FlagValues()
-  holder = config_flags.DEFINE_config_file("config", default_config, flag_values=scratch,
-                                           sys_argv=argv[:1] + config_args)
   try:
-    scratch(argv[:1] + config_args)
-    config_lib.check_keys_exist(holder.value, keys)
+    config = _load_config(default_config, argv[:1] + config_args)
+    other = config_args and config_lib.another_trainers(config, _load_config(default_config, argv[:1]))
+    if other:
+      raise ConfigError(f"config file {path} is another trainer's config ({other}); give {default_config} "
+                        "or a copy of it")
+    config_lib.check_keys_exist(config, keys)
   except Exception as e:  # config_flags wraps errors raised inside the config file.
     fail(str(_user_error_in(e) or e))
+
+
+def _load_config(default_config, argv):
+  """The config that `--config` of argv (default_config without one) gives, without overrides."""
+  scratch = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file("config", default_config, flag_values=scratch, sys_argv=argv)
+  scratch(argv)
+  return holder.value
 
 
 def _config_file_args(argv):

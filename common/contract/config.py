@@ -5,6 +5,7 @@ adds its own `data` and `model` sections and applies presets with
 `apply_preset`. The CLIs load them through ml_collections' config_flags; the
 unknown-key check here runs before that so a typo is one clear line.
 """
+import contextlib
 import difflib
 import json
 import math
@@ -356,16 +357,24 @@ def read_saved_config(path, config, fix):
   """The dict of a run's config.json for `config`'s trainer; an empty, cut short or unparsable file,
   or another trainer's config, is a DataError naming it and ending with `fix` (what to do)."""
   saved = read_json_object(path, fix)
-  # The keys every trainer shares say nothing of whose config it is; a trainer's own sections do.
-  # A newer or older version of the same trainer differs in a few keys, another trainer in most.
-  shared, known = set(flatten_keys(base_config())), set(flatten_keys(config))
-  own = [key for key in flatten_keys(saved) if key not in shared]
-  foreign = [key for key in own if key not in known]
-  if len(foreign) * 2 > len(own):
-    raise DataError(f"{path} is another trainer's config ({len(foreign)} of its {len(own)} trainer keys, "
-                    f"e.g. {foreign[0]}, are not this one's); give the --workdir of a run of this trainer, "
-                    "or pass --config=<file>")
+  other = another_trainers(saved, config)
+  if other:
+    raise DataError(f"{path} is another trainer's config ({other}); give the --workdir of a run of this "
+                    "trainer, or pass --config=<file>")
   return saved
+
+
+def another_trainers(found, config):
+  """How `found` (a config or its dict) is another trainer's config than `config`'s ("N of its M
+  trainer keys, e.g. K, are not this one's"), or None. The keys every trainer shares say nothing of
+  whose config it is; a trainer's own sections do. A newer or older version of the same trainer
+  differs in a few keys, another trainer in most."""
+  shared, known = set(flatten_keys(base_config())), set(flatten_keys(config))
+  own = [key for key in flatten_keys(found) if key not in shared]
+  foreign = [key for key in own if key not in known]
+  if len(foreign) * 2 <= len(own):
+    return None
+  return f"{len(foreign)} of its {len(own)} trainer keys, e.g. {foreign[0]}, are not this one's"
 
 
 def resolved(config):
@@ -392,6 +401,11 @@ def write_config(config, workdir):
   for name, text in (("config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)),
                      ("config.txt", str(config))):
     path = os.path.join(workdir, name)
-    with open(path + ".tmp", "w") as f:  # swapped in whole: a kill never leaves half a config
-      f.write(text)
-    os.replace(path + ".tmp", path)
+    try:
+      with open(path + ".tmp", "w") as f:  # swapped in whole: a kill never leaves half a config
+        f.write(text)
+      os.replace(path + ".tmp", path)
+    except OSError as e:  # a full disk, a folder in the way: no .tmp left, and the error names the file
+      with contextlib.suppress(OSError):
+        os.remove(path + ".tmp")
+      raise OSError(e.errno, e.strerror, path) from None
