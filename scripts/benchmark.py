@@ -51,6 +51,7 @@ if __name__ == "__main__":
   process.start()  # before TensorFlow's import: signals recorded, its C++ start-up lines held back
 
 import argparse  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import contextlib
 import dataclasses
 import json
 import os
@@ -62,8 +63,8 @@ import numpy as np
 
 from common.app import cli
 from common.contract.errors import ConfigError
-from common.contract.errors import UserError
 from common.runtime import hardware
+from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 from scripts import memory_estimate
 # The pieces by name: benchmark.load_config, benchmark.BUDGET_MB and the like stay this command's
@@ -171,8 +172,14 @@ def to_json(value):
 # The command line.
 
 
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):
+    """A bad flag is the commands' one `error:` line and exit code 2 (not argparse's usage line first)."""
+    cli.fail(message)
+
+
 def parse_args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = _Parser(description=__doc__.split("\n")[0])
   parser.add_argument("trainers", nargs="+", choices=(*TRAINERS, "all"), metavar="TRAINER",
                       help=f"one or more of {', '.join(TRAINERS)}, or all")
   parser.add_argument("--preset", default=None, help="config preset: default, smoke, gtx960m")
@@ -243,6 +250,7 @@ def run_estimates(args):
   results = {"trainers": []}
   with tempfile.TemporaryDirectory(prefix="benchmark-") as workdir:
     for trainer in args.trainers:
+      signals.check("")  # between trainers (main says what was written)
       result, text = estimate_trainer(trainer, args, workdir)
       results["trainers"].append(result)
       print(text, flush=True)
@@ -267,6 +275,7 @@ def run_benchmark(args):
   print(format_header(report, matmul_rates, size), flush=True)
   with tempfile.TemporaryDirectory(prefix="benchmark-") as workdir:
     for trainer in args.trainers:
+      signals.check("")  # between trainers; the loop's own between its calls
       result = benchmark_trainer(trainer, args, strategy, matmul_rates, workdir)
       results["trainers"].append(result)
       print("\n" + format_trainer(result), flush=True)
@@ -277,9 +286,17 @@ def run_benchmark(args):
 
 
 def _write_json(results, path):
+  """Writes --json whole (a temporary file renamed): a disk that fills up leaves nothing of it."""
   if path:
-    with workdir_lib.writing(path, flag="--json"), open(path, "w") as f:
-      json.dump(to_json(results), f, indent=2)
+    with workdir_lib.writing(path, flag="--json"):
+      try:
+        with open(path + ".tmp", "w") as f:
+          json.dump(to_json(results), f, indent=2)
+        os.replace(path + ".tmp", path)
+      except OSError as e:
+        with contextlib.suppress(OSError):
+          os.remove(path + ".tmp")
+        raise OSError(e.errno, e.strerror, path) from None
   return results
 
 
@@ -291,13 +308,19 @@ def check_json_path(path):
 
 
 def main(argv=None):
-  args = parse_args(sys.argv[1:] if argv is None else argv)
+  """The command behind the commands' guard: a bad input is one line and exit 2, a signal one line
+  and 128 + N (start-up, between trainers, between the timed loop's calls, or after the end)."""
+  cli.run_guarded(_benchmark, parse_args(sys.argv[1:] if argv is None else argv))
+
+
+def _benchmark(args):
+  if args.json:
+    check_json_path(args.json)
   try:
-    if args.json:
-      check_json_path(args.json)
     run_benchmark(args)
-  except UserError as e:
-    cli.fail(str(e))
+  except signals.Interrupted as e:  # the timed loop's line would name a checkpoint of its temporary run
+    raise signals.Interrupted(e.signum, "during the benchmark; nothing was written") from None
+  signals.finish("after the benchmark; every figure is printed" + (f" and in {args.json}" if args.json else ""))
 
 
 if __name__ == "__main__":

@@ -577,19 +577,19 @@ ROWS = [
      "tests/test_hostile.py::test_benchmark_json_that_cannot_be_written_is_one_line_before_the_run"),
     (BENCHMARK, "--json", "read-only", "choose another --json", 2,
      "tests/test_hostile.py::test_benchmark_json_that_cannot_be_written_is_one_line_before_the_run"),
-    # The line is right; a half-written r.json is left (benchmark.py writes it in place; another's hunks).
     (BENCHMARK, "--json", "full disk", "the disk is full: free some space or ", 2,
-     HOSTILE + "test_benchmark_json_on_a_full_disk_is_one_line"),
+     HOSTILE + "test_benchmark_honours_a_signal_and_a_full_disk_in_one_line"),
     (BENCHMARK, "--json", "a missing folder", "a missing folder is made", 0,
      "tests/test_hostile.py::test_benchmark_json_that_cannot_be_written_is_one_line_before_the_run"),
-    (BENCHMARK, "flags", ("wrong type", "out of range"), OPEN,
-     "argparse's usage line before its error line (two lines, exit 2); launch_workers' one-line parser is the "
-     "fix, and scripts/benchmark.py has another's uncommitted hunks"),
-    (BENCHMARK, "flags", "unknown", '"float32,bfloat16"', 2, "tests/test_benchmark.py::test_unknown_variant_is_refused"),
-    (BENCHMARK, "signals", ("at start-up", "during the run", "after the last safe point"), OPEN,
-     "not behind the commands' guard: a signal is recorded (process.start) and ignored with --estimate_only "
-     "(exit 0), a traceback out of the timed loop; the fix is main through cli.run_guarded with a check between "
-     "trainers, and scripts/benchmark.py has another's uncommitted hunks"),
+    (BENCHMARK, "flags", ("wrong type", "out of range"),
+     ("invalid int value: 'x'", "--windows, --steps and --batch_size must be positive"), 2,
+     HOSTILE + "test_benchmark_honours_a_signal_and_a_full_disk_in_one_line"),
+    (BENCHMARK, "flags", "unknown", "--variants bfloat16: choose from ", 2,
+     HOSTILE + "test_benchmark_honours_a_signal_and_a_full_disk_in_one_line"),
+    (BENCHMARK, "signals", ("at start-up", "during the run", "after the last safe point"),
+     ("during start-up; nothing was written", "during the benchmark; nothing was written",
+      "after the benchmark; every figure is printed"), 143,
+     HOSTILE + "test_benchmark_honours_a_signal_and_a_full_disk_in_one_line"),
 
     # scripts/make_real_sets.py (no TensorFlow: Python's own Ctrl-C).
     (REAL_SETS, "files read", "any", NA, "it reads scikit-learn's bundled digits only"),

@@ -835,9 +835,43 @@ def test_an_empty_class_folder_is_one_line(tmp_path, capsys):
     assert line.startswith(said), line
 
 
-def test_benchmark_json_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch):
-  """--json's check passed, the disk full by the time the figures are written (--estimate_only's
-  figures stood in for by a large result)."""
+def test_benchmark_honours_a_signal_and_a_full_disk_in_one_line(tmp_path, capsys, monkeypatch):
+  """benchmark.py behind the commands' guard: a bad flag is one line (not argparse's usage line first),
+  a signal at start-up, between trainers or after the end one line and 128 + N, a --json the disk fills
+  up under one line and no file (--estimate_only's figures stood in for: its machinery is not what
+  is tested)."""
+  for argv, said in ((["segmentation", "--steps", "x"], "error: argument --steps: invalid int value: 'x'"),
+                     (["segmentation", "--windows", "0"], "error: --windows, --steps and --batch_size must be positive"),
+                     (["segmentation", "--variants", "bfloat16"], "error: --variants bfloat16: choose from ")):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+      benchmark.main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1 and lines[0].startswith(said), lines
+
+  estimated = []
+
+  def estimate(trainer, args, workdir):  # the figures of one trainer, and a signal while it ran
+    estimated.append(trainer)
+    signals._received.append(signal.SIGTERM)  # pylint: disable=protected-access  # as the handler records it
+    return {"trainer": trainer}, f"== {trainer}"
+
+  monkeypatch.setattr(benchmark, "estimate_trainer", estimate)
+  monkeypatch.setattr(signals, "finish", signals.check)  # keep the test's handlers
+  for trainers, said in ((["segmentation", "triplet"], "during the benchmark; nothing was written"),
+                         (["segmentation"], "after the benchmark; every figure is printed")):
+    estimated.clear()
+    with pytest.raises(SystemExit) as exit_info:
+      benchmark.main([*trainers, "--preset", "smoke", "--estimate_only"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 128 + signal.SIGTERM and lines == [f"interrupted by SIGTERM {said}"], lines
+    assert estimated == ["segmentation"]  # triplet's not begun
+  signals._received.append(signal.SIGINT)  # pylint: disable=protected-access
+  with pytest.raises(SystemExit) as exit_info:
+    benchmark.main(["segmentation", "--estimate_only"])
+  assert exit_info.value.code == 128 + signal.SIGINT and capsys.readouterr().err.strip().splitlines() == [
+      "interrupted by SIGINT during start-up; nothing was written"] and estimated == ["segmentation"]
+
   monkeypatch.setattr(benchmark, "run_estimates", lambda args: {"trainers": ["figures " * 2000]})
   with nearly_full_disk(tmp_path / "disk") as disk:
     with pytest.raises(SystemExit) as exit_info:
@@ -846,4 +880,4 @@ def test_benchmark_json_on_a_full_disk_is_one_line(tmp_path, capsys, monkeypatch
     assert exit_info.value.code == 2 and lines[-1:] == [
         f"error: cannot write {disk}/r.json (No space left on device); the disk is full: free some space or "
         "choose another --json"], lines
-    print("left on the disk:", sorted(os.listdir(disk)))
+    assert os.listdir(disk) == [".filler"]  # nothing half-written
