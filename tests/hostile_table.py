@@ -376,7 +376,7 @@ ROWS = [
     (EVALUATE, "evaluation data", "empty", '"empty folder"', 2, BAD_INPUTS),
     (EVALUATE, "evaluation data", "cut short", ('"truncated image, eval"', '"truncated class image, eval"'), 2,
      BAD_INPUTS),
-    (EVALUATE, "evaluation data", "wrong type", '"pairs file names a missing image"', 2, BAD_INPUTS),
+    (EVALUATE, "evaluation data", "wrong type", '"pairs file not UTF-8"', 2, BAD_INPUTS),
     (EVALUATE, "evaluation data", "another trainer's", "class folders differ from the run's classes", 2,
      "tests/test_inception_data.py::test_an_evaluation_checks_the_evaluation_images_only_with_the_runs_classes"),
     (EVALUATE, "evaluation data", "a folder", ('"split file is a folder"', '"pairs file is a folder"'), 2, BAD_INPUTS),
