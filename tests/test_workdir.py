@@ -320,7 +320,7 @@ def test_a_lock_held_from_another_host_is_refused_with_how_to_free_it(tmp_path):
 
 def export_tiny(model, path):
   return export_lib.export_saved_model(model, lambda x: {"y": model(x)}, str(path),
-                                       [tf.TensorSpec([None, 3], tf.float32)])
+                                       [tf.TensorSpec([None, 3], tf.float32)], "test")
 
 
 def tree_digest(path):
