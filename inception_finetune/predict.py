@@ -38,7 +38,7 @@ from inception_finetune import task as task_lib
 
 def load_saved_model(saved_model):
   """(image -> class probabilities, class names) of an export (ids for an export without names)."""
-  serve = predict_lib.load_saved_model(saved_model, ("probabilities",)).signatures["serving_default"]
+  serve = predict_lib.load_saved_model(saved_model, ("probabilities",), task_lib.NAME).signatures["serving_default"]
   names_path = os.path.join(saved_model, "assets", export_lib.CLASS_NAMES_ASSET)
   names = None
   num_classes = serve.structured_outputs["probabilities"].shape[-1]

@@ -34,7 +34,7 @@ from segmentation import visualize
 
 def load_saved_model(saved_model):
   """images -> (class ids, class names) of a SavedModel."""
-  serve = predict_lib.load_saved_model(saved_model, ("class_ids",)).signatures["serving_default"]
+  serve = predict_lib.load_saved_model(saved_model, ("class_ids",), task_lib.NAME).signatures["serving_default"]
 
   def classify(images):
     outputs = serve(images=images)

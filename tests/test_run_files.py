@@ -348,11 +348,20 @@ def test_a_damaged_or_another_trainers_saved_model_is_one_line(tmp_path, capsys)
     line = error_line(capsys, export_script.export, str(run), "saved_model", str(tmp_path / "out"), exports[other])
     assert line == said, line
   assert not (tmp_path / "out").exists()
-  for load, export, wanted in ((predict_lib.load_saved_model, exports["triplet"], "class_ids"),
-                               (triplet_predict.load_saved_model, exports["segmentation"], "embeddings"),
-                               (inception_predict.load_saved_model, exports["triplet"], "probabilities")):
-    line = error_line(capsys, load, export)
-    assert line.startswith(f"error: SavedModel {export} gives ") and line.endswith(
+  # Every predict: another trainer's export says whose it is; one that names no trainer (another
+  # program's, or made before exports named theirs) is refused by the outputs it gives.
+  unnamed = {}
+  for trainer in exports:
+    unnamed[trainer] = shutil.copytree(exports[trainer], tmp_path / f"{trainer}_unnamed")
+    os.remove(unnamed[trainer] / "assets" / "trainer.txt")
+  for load, trainer, other, wanted in ((predict_lib.load_saved_model, "segmentation", "triplet", "class_ids"),
+                                       (triplet_predict.load_saved_model, "triplet", "segmentation", "embeddings"),
+                                       (inception_predict.load_saved_model, "inception_v4", "triplet", "probabilities")):
+    line = error_line(capsys, load, exports[other])
+    assert line == (f"error: SavedModel {exports[other]} is the export of the {other} trainer, not of {trainer}: "
+                    f"give the saved_model/ of a {trainer} run, or use {other}'s commands"), line
+    line = error_line(capsys, load, str(unnamed[other]))
+    assert line.startswith(f"error: SavedModel {unnamed[other]} gives ") and line.endswith(
         f"not {wanted}: the export of another trainer or program"), line
   assert not (tmp_path / "masks").exists()  # made (and checked writable) before the model loads, then removed
 

@@ -57,7 +57,7 @@ class Embedder:
 
 
 def load_saved_model(saved_model):
-  loaded = predict_lib.load_saved_model(saved_model, ("embeddings",))
+  loaded = predict_lib.load_saved_model(saved_model, ("embeddings",), task_lib.NAME)
   serve = loaded.signatures["serving_default"]
   constants = loaded.signatures.get(export_lib.CONSTANTS_SIGNATURE)
   threshold, source = None, "the SavedModel carries none (an export without verification pairs, or older)"

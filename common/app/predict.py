@@ -50,10 +50,11 @@ def checkpoint_step(path):
   return int(path.rsplit("-", 1)[1])
 
 
-def load_saved_model(path, outputs):
-  """The loaded SavedModel, whose serving signature gives `outputs` (checkpoints.load_saved_model)."""
+def load_saved_model(path, outputs, trainer):
+  """The loaded SavedModel of `trainer` (its Task.name), whose serving signature gives `outputs`
+  (checkpoints.load_saved_model)."""
   logging.info("predicting with %s", path)
-  return checkpoints.load_saved_model(path, outputs)
+  return checkpoints.load_saved_model(path, outputs, trainer)
 
 
 def photo_paths(args, max_pixels=None):
