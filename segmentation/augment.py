@@ -56,10 +56,10 @@ def before_crop(image, mask, augmentation, seed, ignore_label):
     image = tf.pad(image, padding + [[0, 0]])
     mask = tf.pad(mask, padding, constant_values=tf.cast(ignore_label, mask.dtype))
   if augmentation.flip:
-    # The mask rides as a fourth channel, so that one draw flips both.
-    stacked = tf.image.stateless_random_flip_left_right(tf.concat([image, mask[..., None]], -1),
-                                                     _fold(seed, FLIP))
-    image, mask = stacked[..., :3], stacked[..., 3]
+    # One seed, one draw: a stateless op flips the image and the mask alike (and a uint8 concat to
+    # flip them as one tensor costs more than the flips).
+    image = tf.image.stateless_random_flip_left_right(image, _fold(seed, FLIP))
+    mask = tf.image.stateless_random_flip_left_right(mask[..., None], _fold(seed, FLIP))[..., 0]
   return image, mask
 
 
@@ -90,7 +90,7 @@ def distort_colours(images, augmentation, seed):
                                                   1 + augmentation.saturation, _fold(seed, SATURATION))
   if augmentation.hue:
     pixels = tf.image.stateless_random_hue(pixels, augmentation.hue, _fold(seed, HUE))
-  return tf.image.convert_image_dtype(tf.clip_by_value(pixels, 0.0, 1.0), tf.uint8, saturate=True)
+  return tf.image.convert_image_dtype(pixels, tf.uint8, saturate=True)  # clipped to [0, 255]
 
 
 def _fold(seed, draw):
