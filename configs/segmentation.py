@@ -117,11 +117,12 @@ def get_config(preset=None):
       },
       # Whole scenes whose objects are several times the 28 px patch (VOC-like photos): crops that
       # hold an object, logits at 1/4 resolution and four levels (total stride 32), whose receptive
-      # field spans ~190 px.
+      # field spans ~190 px. 1200 steps: at 600 the network still under-fitted the digit scenes (mIoU
+      # 0.78 there, 0.92 at 1200; README, Segmentation).
       "scenes": {
           "data.patch_size": 128, "data.patches_per_image": 1, "data.normalization": "per_image_standardization",
-          "train.batch_size": 16, "train.num_steps": 600, "train.log_every": 50, "train.eval_every": 600,
-          "train.checkpoint_every": 600, "optimizer.learning_rate": 3e-3, "optimizer.decay_steps": 600,
+          "train.batch_size": 16, "train.num_steps": 1200, "train.log_every": 50, "train.eval_every": 1200,
+          "train.checkpoint_every": 1200, "optimizer.learning_rate": 3e-3, "optimizer.decay_steps": 1200,
           "optimizer.decay_rate": 0.05, "model.widths": (32, 64, 128, 128), "model.output_stride": 4,
       },
   }

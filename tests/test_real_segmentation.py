@@ -38,7 +38,7 @@ def test_scenes_preset_learns_digit_scenes_much_larger_than_a_patch(real_sets, t
   print(f"scenes: mIoU {scores['miou']:.4f} (all-background {scores['chance_miou']:.4f})")
   assert (scores["miou"], scores["chance_miou"]) == pytest.approx(final_line_figures(stdout), abs=1e-4)
   assert scores["chance_miou"] < 0.1
-  assert scores["miou"] >= 0.5
+  assert scores["miou"] >= 0.85  # issue 42's target (0.92 measured; seeds 1 and 2 gave 0.86, 0.89)
   # The class names come from the set's class_names.txt, in class order.
   per_class = [key for key in scores if key.startswith("iou/")]
   assert per_class == ["iou/00_background"] + [f"iou/{d + 1:02d}_digit_{d}" for d in range(10)]
