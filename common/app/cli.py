@@ -141,7 +141,10 @@ def _check_config_args(default_config, argv):
     return
   try:
     config = _load_config(default_config, argv[:1] + config_args)
-    other = config_args and config_lib.another_trainers(config, _load_config(default_config, argv[:1]))
+    # The trainer's own config file, found beside this package when run from another folder.
+    own = default_config if os.path.isfile(default_config) else os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), default_config)
+    other = config_args and config_lib.another_trainers(config, _load_config(own, argv[:1]))
     if other:
       raise ConfigError(f"config file {path} is another trainer's config ({other}); give {default_config} "
                         "or a copy of it")
