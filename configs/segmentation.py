@@ -34,11 +34,11 @@ def get_config(preset=None):
   # Training augmentation (segmentation/augment.py), drawn from the seed and each image's place in
   # the stream, so that a resumed run draws the same; the defaults are off.
   config.data.augment = ml_collections.ConfigDict()
-  # (low, high): each image and its mask resized by a factor drawn log-uniformly in it before the
-  # crop (bilinear image, nearest mask); (1.0, 1.0) = off.
+  # (low, high): each patch cut from its image and mask scaled by a factor drawn log-uniformly in it
+  # (bilinear image, nearest mask); (1.0, 1.0) = off.
   config.data.augment.scale_range = (1.0, 1.0)
-  # Pixels added on every side before the crop (image 0, mask data.ignore_label): crops shift the
-  # scene by up to this much; a scaled-down image is padded with the ignore label up to a patch anyway.
+  # Pixels around the scaled image (image 0, mask data.ignore_label) that a patch may reach: patches
+  # shift the scene by up to this much. A patch larger than the scaled image holds all of it anyway.
   config.data.augment.crop_padding = 0
   config.data.augment.flip = False  # left and right swapped, image and mask together, half the time
   # Photometric jitter of the image, 0 = off: brightness adds at most this to pixels in [0, 1];

@@ -2,27 +2,34 @@
 
 Every draw is a function of the element's seed (input_pipeline.make_train: the run's seed and the
 image's place in the stream), so a resumed run draws what the uninterrupted one drew. Each
-augmentation is off at its default, and one that is off adds no op: the stream is then the one
-without this module.
+augmentation is off at its default; with all of them off the patches are
+common/data/pipeline.sample_patches' own, op for op.
 
-Before the patch is cut (input_pipeline.make_train cuts it with common/data/pipeline.sample_patches):
-  scale: the image resized bilinearly and the mask by nearest neighbour (a label is never a blend of
-    two), by a factor whose logarithm is uniform over the log of scale_range: with (0.5, 2.0), half
-    the images shrink and half grow;
-  crop padding: the image padded by crop_padding pixels on every side (image 0, mask the ignore
-    label), so that a crop can shift the scene by up to that much and holds its borders;
+The patches (random_patches, each patch its own draws):
+  scale: the image scaled by a factor whose logarithm is uniform over the log of scale_range (with
+    (0.5, 2.0) half the patches shrink the scene and half enlarge it), the image sampled bilinearly
+    and the mask at the nearest pixel (a label is never a blend of two);
+  crop padding: crop_padding pixels around the scaled image (image 0, mask the ignore label), so that
+    a patch can shift the scene by up to that much; a patch larger than the padded image holds all
+    of it, at a random place, with the same padding around it;
   flip: left and right swapped in image and mask together, half the time.
-After it, on the image's patches alone:
-  photometric distortion: brightness, contrast, saturation and hue jitter, one draw per image.
+tf.image.crop_and_resize samples all three and the crop in one op for the image and one for the
+mask, at the patch's pixels only: scaling the whole image first and cutting it after cost twice as
+much. At scale 1 a patch starts on a whole pixel, so that shifts and flips copy pixels exactly.
+Then, on the image's patches alone:
+  photometric distortion: brightness, contrast, saturation and hue jitter, one draw for the patches
+    of an image (tf.image.stateless_random_*).
 """
 import dataclasses
 import math
 
 import tensorflow as tf
 
+from common.data import pipeline
+
 # Each draw's seed is the element's seed folded with its own number, so that no two draws share one
-# and the crop (which takes the element's seed itself) shares none.
-SCALE, FLIP, BRIGHTNESS, CONTRAST, SATURATION, HUE = range(1, 7)
+# and sample_patches' crop (which takes the element's seed itself) shares none.
+GEOMETRY, BRIGHTNESS, CONTRAST, SATURATION, HUE = range(1, 6)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +37,7 @@ class Augmentation:
   """What configs/segmentation.py's data.augment section says, read and checked by
   segmentation/data.read_settings; the defaults are all off."""
   scale_range: tuple = (1.0, 1.0)  # (low, high) factors
-  crop_padding: int = 0  # pixels on each side
+  crop_padding: int = 0  # pixels around the scaled image
   flip: bool = False
   brightness: float = 0.0  # at most this is added to pixels in [0, 1]
   contrast: float = 0.0  # each image's contrast times a factor in [1 - contrast, 1 + contrast]
@@ -38,40 +45,54 @@ class Augmentation:
   hue: float = 0.0  # hue turned by at most this fraction of the colour wheel
 
   @property
-  def scales(self):
-    return tuple(self.scale_range) != (1.0, 1.0)
+  def moves(self):
+    return tuple(self.scale_range) != (1.0, 1.0) or self.crop_padding > 0 or self.flip
 
   @property
   def distorts_colours(self):
     return any((self.brightness, self.contrast, self.saturation, self.hue))
 
 
-def before_crop(image, mask, augmentation, seed, ignore_label):
-  """The image [h, w, 3] and mask [h, w] (uint8) scaled, padded and flipped as `augmentation` says;
-  seed: int64 [2], the element's."""
-  if augmentation.scales:
-    image, mask = random_scale(image, mask, augmentation.scale_range, _fold(seed, SCALE))
-  if augmentation.crop_padding:
-    padding = [[augmentation.crop_padding] * 2] * 2
-    image = tf.pad(image, padding + [[0, 0]])
-    mask = tf.pad(mask, padding, constant_values=tf.cast(ignore_label, mask.dtype))
-  if augmentation.flip:
-    # One seed, one draw: a stateless op flips the image and the mask alike (and a uint8 concat to
-    # flip them as one tensor costs more than the flips).
-    image = tf.image.stateless_random_flip_left_right(image, _fold(seed, FLIP))
-    mask = tf.image.stateless_random_flip_left_right(mask[..., None], _fold(seed, FLIP))[..., 0]
-  return image, mask
+def patches(image, mask, augmentation, patch_size, count, seed, ignore_label):
+  """`count` patch_size patches of a uint8 image [h, w, 3] and its mask [h, w], placed, scaled and
+  flipped as `augmentation` says, their colours distorted; seed: int64 [2], the element's.
+
+  Returns (uint8 [count, p, p, 3], uint8 [count, p, p]); padding is 0 in the image, ignore_label in
+  the mask.
+  """
+  if augmentation.moves:
+    images, masks = random_patches(image, mask, augmentation, patch_size, count, seed, ignore_label)
+  else:
+    images, masks = pipeline.sample_patches(image, mask, patch_size, count, seed, ignore_label)
+  return distort_colours(images, augmentation, seed), masks
 
 
-def random_scale(image, mask, scale_range, seed):
-  """Image (bilinear) and mask (nearest) resized by one log-uniform factor in scale_range."""
-  low, high = (math.log(factor) for factor in scale_range)
-  factor = tf.exp(tf.random.stateless_uniform([], seed, minval=low, maxval=high))
-  size = tf.maximum(tf.cast(tf.round(tf.cast(tf.shape(mask), tf.float32) * factor), tf.int32), 1)
-  # Both resizes sample at pixel centres, so that a scaled image and mask stay aligned.
-  image = tf.saturate_cast(tf.round(tf.image.resize(image, size, method="bilinear")), tf.uint8)
-  mask = tf.image.resize(mask[..., None], size, method="nearest")[..., 0]
-  return image, mask
+def random_patches(image, mask, augmentation, patch_size, count, seed, ignore_label):
+  """The patches of the scale, crop padding and flip draws (see the module's docstring)."""
+  draws = tf.random.stateless_uniform([count, 4], _fold(seed, GEOMETRY))
+  low, high = (math.log(factor) for factor in augmentation.scale_range)
+  scale = tf.exp(low + draws[:, 0] * (high - low))[:, None]  # [count, 1]
+  size = tf.cast(tf.shape(mask), tf.float32)  # [2]: height, width
+  # The patch's first pixel, in pixels of the scaled image: anywhere from crop_padding before it to
+  # crop_padding past its end, on a whole pixel.
+  room = tf.round(size * scale) + 2 * augmentation.crop_padding - patch_size  # [count, 2]
+  start = (tf.minimum(room, 0.0) + tf.floor(draws[:, 1:3] * (tf.abs(room) + 1))
+           - augmentation.crop_padding)
+  # The source positions of the first and last pixel centres of the patch.
+  first = (start + 0.5) / scale - 0.5
+  last = first + (patch_size - 1) / scale
+  if augmentation.flip:  # a box from right to left samples the patch mirrored
+    mirrored = draws[:, 3:] < 0.5
+    left, right = first[:, 1:], last[:, 1:]
+    first = tf.concat([first[:, :1], tf.where(mirrored, right, left)], axis=1)
+    last = tf.concat([last[:, :1], tf.where(mirrored, left, right)], axis=1)
+  boxes = tf.concat([first, last], axis=1) / tf.tile(tf.maximum(size - 1, 1.0), [2])
+  indices = tf.zeros([count], tf.int32)
+  crop = lambda tensor, method, outside: tf.image.crop_and_resize(
+      tensor[None], boxes, indices, [patch_size, patch_size], method, outside)
+  images = tf.saturate_cast(tf.round(crop(image, "bilinear", 0.0)), tf.uint8)
+  masks = tf.cast(crop(mask[..., None], "nearest", ignore_label)[..., 0], tf.uint8)
+  return images, masks
 
 
 def distort_colours(images, augmentation, seed):

@@ -2,7 +2,7 @@
 
   train: endless, shuffled with the seed; random patch_size x patch_size crops
     of image and mask together, several per image, cut inside tf.data, with the
-    augmentation of segmentation/augment.py around the crop (none by default);
+    augmentation of segmentation/augment.py (none by default);
     yields (uint8 images [B, p, p, 3], int32 labels [B, p, p]).
   eval: whole images in order, padded at the bottom and right to a multiple of
     the model's stride (images with 0, labels with the ignore label); batches
@@ -33,9 +33,7 @@ def make_train(source, batch_size, seed, *, patch_size, patches_per_image, shuff
   def crop(index, example):
     image, mask = example
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    image, mask = augment.before_crop(image, mask, augmentation, element_seed, ignore_label)
-    images, masks = pipeline.sample_patches(image, mask, patch_size, count, element_seed, ignore_label)
-    return augment.distort_colours(images, augmentation, element_seed), masks
+    return augment.patches(image, mask, augmentation, patch_size, count, element_seed, ignore_label)
 
   def to_int32(images, masks):
     return images, tf.cast(masks, tf.int32)

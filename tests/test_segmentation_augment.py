@@ -129,24 +129,23 @@ def test_a_restored_iterator_continues_with_the_uninterrupted_patches(tmp_path):
 def test_all_off_is_the_crop_alone():
   image, mask = square_scene()
   seed = tf.constant([0, 5], tf.int64)
-  off = augment.Augmentation()
-  augmented = augment.before_crop(tf.constant(image), tf.constant(mask), off, seed, IGNORE)
-  np.testing.assert_array_equal(augmented[0], image)
-  np.testing.assert_array_equal(augmented[1], mask)
-  patches = pipeline.sample_patches(image, mask, PATCH, 2, seed, IGNORE)[0]
-  np.testing.assert_array_equal(augment.distort_colours(patches, off, seed), patches)
+  got = augment.patches(image, mask, augment.Augmentation(), PATCH, 2, seed, IGNORE)
+  want = pipeline.sample_patches(image, mask, PATCH, 2, seed, IGNORE)
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a, b)
 
 
-def test_a_fixed_half_scale_halves_the_square_and_pads_with_the_ignore_label():
+def test_a_fixed_half_scale_halves_the_scene_inside_the_ignore_label():
   image, mask = square_scene()
-  scaled_image, scaled_mask = augment.before_crop(tf.constant(image), tf.constant(mask),
-                                                  augment.Augmentation(scale_range=(0.5, 0.5)),
-                                                  tf.constant([0, 1], tf.int64), IGNORE)
-  assert scaled_mask.shape == (15, 18) and scaled_image.shape == (15, 18, 3)
-  rows, cols = np.nonzero(scaled_mask.numpy() == SQUARE_LABEL)
-  # Output pixel j samples input pixel 2j + 1: rows 6-15 and columns 4-12 become 3-7 and 2-5.
-  assert (rows.min(), rows.max(), cols.min(), cols.max()) == (3, 7, 2, 5)
-  # The crop of a patch larger than the image pads it with the ignore label.
-  _, patch_mask = pipeline.sample_patches(scaled_image, scaled_mask, PATCH, 1, tf.constant([0, 2], tf.int64),
-                                          IGNORE)
-  assert (patch_mask.numpy()[0, 15:] == IGNORE).all() and (patch_mask.numpy()[0, :, 18:] == IGNORE).all()
+  images, masks = augment.random_patches(image, mask, augment.Augmentation(scale_range=(0.5, 0.5)), PATCH, 1,
+                                         tf.constant([0, 1], tf.int64), IGNORE)
+  image, mask = images.numpy()[0], masks.numpy()[0]
+  # The 30x36 scene became 15x18, somewhere inside the 24x24 patch; the rest is padding.
+  rows, cols = np.nonzero(mask != IGNORE)
+  top, left = rows.min(), cols.min()
+  assert (rows.max() - top + 1, cols.max() - left + 1) == (15, 18) and (mask != IGNORE).sum() == 15 * 18
+  assert not image[mask == IGNORE].any()
+  # Pixel j samples the scene between its pixels 2j and 2j + 1 (the label of 2j + 1): the square's
+  # rows 6-15 and columns 4-12 become 3-7 and 2-5.
+  rows, cols = np.nonzero(mask == SQUARE_LABEL)
+  assert (rows.min() - top, rows.max() - top, cols.min() - left, cols.max() - left) == (3, 7, 2, 5)
