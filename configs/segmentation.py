@@ -104,8 +104,10 @@ def get_config(preset=None):
 
   presets = {
       # The synthetic scenes' colours are random, so the network has to learn shapes and textures:
-      # mIoU 0.82 after 400 steps, 0.89 after 600, 0.93 after 800.
-      "default": {"train.num_steps": 800, "optimizer.decay_steps": 400},
+      # mIoU 0.936 after 800 steps (cross-entropy alone: 0.82 after 400, 0.89 after 600, 0.928 after
+      # 800). A Dice term added 0.7-1.4 points here (seeds 0, 1) and 2.3-2.7 on the README's npy
+      # patches, which start from this preset, at no cost in time (README, Segmentation).
+      "default": {"train.num_steps": 800, "optimizer.decay_steps": 400, "loss.dice_weight": 1.0},
       "smoke": {
           "train.num_steps": 30, "train.batch_size": 16, "train.log_every": 10,
           "train.eval_every": 30, "train.checkpoint_every": 30, "summaries.scalars_every": 10,
