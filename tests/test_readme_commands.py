@@ -79,6 +79,8 @@ TWO_STEPS = ("--config.train.num_steps=2",)
 ONE_INCEPTION_STEP = ("--config.train.num_steps=1", "--config.finetune.head_steps=1")
 ONE_BENCHMARK_STEP = ("--steps", "1", "--windows", "1")
 ADAPTATIONS = {
+    "python3 -m venv": Skip("makes the virtual environment the next lines install into: .ci/run "
+                            "makes its own with the same command before it installs"),
     "pip install": Skip("installs packages: CI installs the requirements itself before the tests"),
     "python -m pytest": Skip("CI's own command: the test suite this test is part of"),
     "scripts/peers/setup_peer_venv.sh": Skip("downloads about 6 GB of PyTorch wheels into a venv"),
