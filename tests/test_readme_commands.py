@@ -81,6 +81,8 @@ ONE_BENCHMARK_STEP = ("--steps", "1", "--windows", "1")
 ADAPTATIONS = {
     "python3 -m venv": Skip("makes the virtual environment the next lines install into: .ci/run "
                             "makes its own with the same command before it installs"),
+    ". .venv/bin/activate": Skip("activates that environment in the user's shell; CI's commands run "
+                                 "with its own environment's interpreter"),
     "pip install": Skip("installs packages: CI installs the requirements itself before the tests"),
     "python -m pytest": Skip("CI's own command: the test suite this test is part of"),
     "scripts/peers/setup_peer_venv.sh": Skip("downloads about 6 GB of PyTorch wheels into a venv"),
