@@ -11,6 +11,7 @@ import signal
 import site
 import subprocess
 import sys
+import types
 
 import numpy as np
 from PIL import Image
@@ -102,6 +103,20 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
       cli.run_guarded(export_script.trainer_of, str(tmp_path))
     assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
         said.format(tmp_path / "config.json")]
+
+
+def test_evaluate_and_predict_refuse_the_run_of_a_look_alike_trainer(tmp_path, capsys, monkeypatch):
+  """A copy's run (its config segmentation's in all but the name) read by segmentation's commands
+  (cli.run_config, which evaluate and predict read a run with): one line naming both trainers."""
+  monkeypatch.setattr(sys, "argv", ["evaluate"])
+  config_lib.write_config(helpers.make_config("segmentation", "smoke", trainer="roads"), str(tmp_path))
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_info:
+    cli.run_guarded(cli.run_config, types.SimpleNamespace(value=helpers.make_config("segmentation", "smoke")),
+                    str(tmp_path))
+  assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
+      f"error: {tmp_path / 'config.json'} is another trainer's config (trainer 'roads', not 'segmentation'); "
+      "give the --workdir of a run of this trainer, or pass --config=<file>"]
 
 
 def write_repository(root):
