@@ -107,16 +107,23 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
 
 def test_evaluate_and_predict_refuse_the_run_of_a_look_alike_trainer(tmp_path, capsys, monkeypatch):
   """A copy's run (its config segmentation's in all but the name) read by segmentation's commands
-  (cli.run_config, which evaluate and predict read a run with): one line naming both trainers."""
+  (cli.run_config, which evaluate and predict read a run with): one line naming both trainers; a
+  run from before config.json named its trainer: the line says how to name it."""
   monkeypatch.setattr(sys, "argv", ["evaluate"])
   config_lib.write_config(helpers.make_config("segmentation", "smoke", trainer="roads"), str(tmp_path))
-  capsys.readouterr()
-  with pytest.raises(SystemExit) as exit_info:
-    cli.run_guarded(cli.run_config, types.SimpleNamespace(value=helpers.make_config("segmentation", "smoke")),
-                    str(tmp_path))
-  assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
-      f"error: {tmp_path / 'config.json'} is another trainer's config (trainer 'roads', not 'segmentation'); "
-      "give the --workdir of a run of this trainer, or pass --config=<file>"]
+  saved = json.load(open(tmp_path / "config.json"))
+  del saved["trainer"]
+  (tmp_path / "older").mkdir()
+  (tmp_path / "older" / "config.json").write_text(json.dumps(saved))  # from before runs named theirs
+  for workdir, trainer, hint in ((tmp_path, "'roads'", ""), (tmp_path / "older", "None", (
+      ', or add "trainer": "segmentation" to it if it is a run of this trainer'))):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+      cli.run_guarded(cli.run_config, types.SimpleNamespace(value=helpers.make_config("segmentation", "smoke")),
+                      str(workdir))
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        f"error: {workdir / 'config.json'} is another trainer's config (trainer {trainer}, not 'segmentation'); "
+        f"give the --workdir of a run of this trainer, or pass --config=<file>{hint}"]
 
 
 def write_repository(root):

@@ -362,8 +362,11 @@ def read_saved_config(path, config, fix):
   or a run of another trainer (its `trainer` key), is a DataError naming it and ending with `fix`."""
   saved = read_json_object(path, fix)
   if saved.get("trainer") != config.trainer:
+    unnamed = "" if "trainer" in saved else (  # a run from before runs named their trainer
+        f', or add "trainer": "{config.trainer}" to it if it is a run of this trainer')
     raise DataError(f"{path} is another trainer's config (trainer {saved.get('trainer')!r}, not "
-                    f"{config.trainer!r}); give the --workdir of a run of this trainer, or pass --config=<file>")
+                    f"{config.trainer!r}); give the --workdir of a run of this trainer, or pass "
+                    f"--config=<file>{unnamed}")
   return saved
 
 
