@@ -3,7 +3,6 @@ bad arguments and destinations are one line that leaves nothing written; and the
 route, line by line, in a fresh copy of the repository and a virtual environment."""
 import ast
 import contextlib
-import difflib
 import json
 import os
 import shutil
