@@ -27,6 +27,8 @@ from inception_finetune import slim_checkpoint
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "inception_v4"
+# Its config file's module, onto whose get_config() scripts/export.py reads a run's config.json.
+CONFIG_MODULE = "configs.inception_v4"
 
 
 def validate_config(config):

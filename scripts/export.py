@@ -5,7 +5,8 @@ python scripts/export.py --workdir=runs/segmentation --format=onnx --output=runs
 python scripts/export.py --workdir=runs/dogs --format=litert --quantize=int8 --output=runs/dogs/model.tflite
 python scripts/export.py --workdir=runs/triplet --saved_model=runs/triplet/saved_model --format=litert --output=t.tflite
 
---workdir names the run: its config.json says which trainer it is and gives the evaluation set; its
+--workdir names the run: its config.json names the trainer (`trainer`: the package whose code wrote it
+and runs here) and gives the evaluation set; its
 weights (best/, else the newest checkpoint) go through the trainer's serving signature (Task.export),
 or --saved_model's (an export of the same trainer) is converted instead.
 
@@ -28,6 +29,7 @@ if __name__ == "__main__":
 import contextlib
 import importlib
 import os
+import re
 import shutil
 import tempfile
 import types
@@ -42,17 +44,12 @@ from tensorflow.python.framework import convert_to_constants
 from common.app import cli
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
-from common.contract.errors import DataError
 from common.contract.errors import first_line
 from common.contract.errors import UserError
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 
-# trainer: (its config module, the module with its make_task(config, workdir, for_training)).
-TRAINERS = {"segmentation": ("configs.segmentation", "segmentation.task"),
-            "triplet": ("configs.triplet", "triplet.evaluate"),
-            "inception_v4": ("configs.inception_v4", "inception_finetune.task")}
 FORMATS = ("saved_model", "onnx", "litert")
 # The only existing file an export replaces: an earlier export of its format (saved_model: none).
 SUFFIX = {"onnx": ".onnx", "litert": ".tflite"}
@@ -81,29 +78,32 @@ def require(fmt):
 
 
 def trainer_of(workdir):
-  """The trainer whose config <workdir>/config.json is, and its config with that file applied."""
+  """The task module (<trainer>.task) of the trainer that <workdir>/config.json names, and the run's
+  config: that trainer's config with the file applied. A trainer whose code is not importable here
+  is one line naming it."""
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
     raise ConfigError(f"{path} does not exist: give the --workdir of a training run")
-  errors = []
-  for trainer, (config_module, _) in TRAINERS.items():
-    config = importlib.import_module(config_module).get_config()
-    try:
-      config_lib.read_saved_config(path, config, "give the --workdir of a training run")
-    except DataError as e:
-      errors.append(e)
-      continue
-    return trainer, cli.run_config(types.SimpleNamespace(value=config), workdir)
-  raise errors[0]  # a broken file says so for every trainer
+  trainer = config_lib.read_json_object(path, "give the --workdir of a training run").get("trainer")
+  try:  # a package's dotted name, nothing else (a relative or empty name would import something else)
+    module = importlib.import_module(f"{trainer}.task") if isinstance(trainer, str) and re.fullmatch(
+        r"\w+(\.\w+)*", trainer) else None
+  except ModuleNotFoundError as e:
+    raise ConfigError(f"{path} is a run of the trainer {trainer!r}, whose code is not importable here "
+                      f"({e}): run from the root of its repository, or pip install -e . there") from None
+  if not all(hasattr(module, name) for name in ("NAME", "CONFIG_MODULE", "make_task")):
+    raise ConfigError(f"{path} names no trainer (trainer {trainer!r}); give the --workdir of a training run")
+  config = importlib.import_module(module.CONFIG_MODULE).get_config()
+  return module, cli.run_config(types.SimpleNamespace(value=config), workdir)
 
 
 def load_run(workdir, saved_model=None):
-  """(trainer, config, task, the Keras model with the run's best weights, else its newest); a
-  --saved_model of another trainer is refused before the weights are read."""
-  trainer, config = trainer_of(workdir)
+  """(the trainer's task module, config, task, the Keras model with the run's best weights, else its
+  newest); a --saved_model of another trainer is refused before the weights are read."""
+  module, config = trainer_of(workdir)
   if saved_model:
-    workdir_lib.check_saved_model(saved_model, trainer)
-  task = importlib.import_module(TRAINERS[trainer][1]).make_task(config, workdir, True)
+    workdir_lib.check_saved_model(saved_model, module.NAME)
+  task = module.make_task(config, workdir, for_training=True)
   model = task.build_model()
   directory = checkpoints.best_dir(workdir)
   if not checkpoints.newest(directory):
@@ -111,7 +111,7 @@ def load_run(workdir, saved_model=None):
   logging.info("exporting %s", checkpoints.restore_weights(model, directory))
   if task.calibrate:  # as evaluate --workdir scores a checkpoint
     task.calibrate(model)
-  return trainer, config, task, model
+  return module, config, task, model
 
 
 # The conversion.

@@ -27,6 +27,8 @@ from segmentation import visualize
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "segmentation"
+# Its config file's module, onto whose get_config() scripts/export.py reads a run's config.json.
+CONFIG_MODULE = "configs.segmentation"
 
 
 REPORT_OVERLAYS = 4  # evaluation images drawn with their truth and prediction in the report

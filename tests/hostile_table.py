@@ -28,6 +28,7 @@ TRAINER_COMMANDS = TRAIN + EVALUATE + PREDICT
 EXPORT, FETCH, LAUNCH = "scripts.export", "scripts.fetch_slim_checkpoint", "scripts.launch_workers"
 BENCHMARK, REAL_SETS = "scripts.benchmark", "scripts.make_real_sets"
 CONVERT, CHECK_GPU = "scripts.convert_to_tfrecord", "scripts.check_gpu"
+NEW_TRAINER = "scripts.new_trainer"
 
 # {command: {surface: (category, extra kinds...) or (None, its kinds...)}}.
 SURFACES = {
@@ -93,7 +94,7 @@ SURFACES[f"{INC}.predict"]["labels.txt"] = ("file",)
 SURFACES[f"{INC}.predict"]["assets/class_names.txt"] = ("file",)
 SURFACES.update({
     EXPORT: {
-        "config.json": ("file",),
+        "config.json": ("file", "a trainer not importable here", "names no trainer"),
         "checkpoints and their state file": ("file",),
         "metrics.json (triplet)": ("file",),
         "--saved_model": ("file",),
@@ -132,6 +133,12 @@ SURFACES.update({
         "flags": (None, "required flag missing", "--num_classes below 2"),
         "signals": (None, "at start-up", "while converting", "after the last safe point"),
     },
+    NEW_TRAINER: {
+        "NAME": (None, "not a package name", "a Python keyword", "already importable"),
+        "--from": (None, "missing", "unknown"),
+        "--dest": ("output", "not a repository of trainers"),
+        "signals": (None, "Ctrl-C"),
+    },
     CHECK_GPU: {
         "files": (None, "any"),
         "the GPU and TensorFlow's build": (None, "no GPU", "no kernels for it"),
@@ -153,6 +160,7 @@ FETCH_BAD = "tests/test_fetch_slim_checkpoint.py::test_from_file_and_bad_inputs_
 PREDICT_PIXELS = "tests/test_predict.py::test_a_photo_over_max_pixels_is_one_line_for_every_predict_before_the_model_loads"
 PREDICT_LEAVES_NOTHING = "tests/test_predict.py::test_a_refused_or_interrupted_predict_leaves_no_folder_it_made"
 HOSTILE = "tests/test_hostile.py::"
+NEW_TRAINER_BAD = "tests/test_new_trainer.py::test_a_bad_name_source_or_destination_is_one_line_and_writes_nothing"
 
 ROWS = [
     # The trainers' command lines: --config and its values (common/app/cli.py, the config checks).
@@ -477,6 +485,9 @@ ROWS = [
       "config.json does not exist"), 2,
      HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
     (EXPORT, "config.json", "another trainer's", NA, "export takes any trainer's run: its config.json says whose"),
+    (EXPORT, "config.json", ("a trainer not importable here", "names no trainer"),
+     ("is a run of the trainer 'gone', whose code is not importable here ", "names no trainer (trainer None)"), 2,
+     "tests/test_new_trainer.py::test_export_runs_the_code_of_the_trainer_the_run_names"),
     (EXPORT, "checkpoints and their state file", "missing", "no checkpoint in", 2,
      HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
     (EXPORT, "checkpoints and their state file", ("empty", "wrong type", "a folder"),
@@ -627,6 +638,20 @@ ROWS = [
      HOSTILE + "test_convert_to_tfrecord_reads_and_writes_in_one_line"),
     (CHECK_GPU, "signals", "after the last safe point", "after the check; nothing was written", 130,
      HOSTILE + "test_every_command_honours_a_signal_at_start_up_and_after_its_end"),
+
+    # scripts/new_trainer.py.
+    (NEW_TRAINER, "NAME", ("not a package name", "a Python keyword"),
+     ("'Roads' is not a package name: lower-case letters, digits and _", "'class' is not a package name"), 2,
+     NEW_TRAINER_BAD),
+    (NEW_TRAINER, "NAME", "already importable", "'json' is already an importable module (", 2, NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--from", ("missing", "unknown"),
+     ("the following arguments are required: --from", "not a trainer of {dest} (its trainers: mini, taken)"), 2,
+     NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--dest", "in the way", "exists already: choose another name", 2, NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--dest", "not a repository of trainers", "is not a repository of trainers", 2, NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--dest", ("read-only", "full disk"), ("Read-only file system", "No space left on device"), 2,
+     "tests/test_new_trainer.py::test_a_read_only_or_full_destination_is_one_line_and_leaves_nothing"),
+    (NEW_TRAINER, "signals", "Ctrl-C", "interrupted by SIGINT; nothing was written", 130, NEW_TRAINER_BAD),
 
     # scripts/check_gpu.py: exit 1 when no GPU is usable, the cause said.
     (CHECK_GPU, "files", "any", NA, "it reads and writes no file"),

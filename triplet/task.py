@@ -29,6 +29,8 @@ from triplet import model as model_lib
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "triplet"
+# Its config file's module, onto whose get_config() scripts/export.py reads a run's config.json.
+CONFIG_MODULE = "configs.triplet"
 
 SOFTMAX = "softmax"
 LOSS_NAMES = tuple(losses.LOSSES) + (SOFTMAX,)
