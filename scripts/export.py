@@ -315,6 +315,7 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   if quantize and fmt != "litert":
     raise ExportError(f"--quantize={quantize} is for --format=litert (LiteRT's converter quantizes)")
   check_image_size(image_size)
+  written = [output] + ([output + ".json"] if fmt in SUFFIX else [])  # as named, for the closing line
   output = check_output(output, fmt, workdir)
   require(fmt)
   workdir_lib.check_writable(os.path.dirname(output), flag="--output")
@@ -368,7 +369,7 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   return {"max_difference": check.max_difference, "same_class_ids": check.same / check.compared
           if check.compared else None, "metric": metric, "before": metrics_before[metric],
           "after": metrics_after[metric], "image_size": image_size and tuple(image_size),
-          "config": config, "files": {path: _size(path) for path in (output, described) if path}}
+          "config": config, "files": {path: _size(path) for path in written}}
 
 
 def _size(path):
@@ -429,7 +430,8 @@ def describe(result, fmt, output, quantize):
   if result["metric"]:
     lines.append(f"  {result['metric']} on the evaluation set: SavedModel {result['before']:.4f}, "
                  f"export {result['after']:.4f}")
-  written = ", ".join(f"{path} ({size / 2**20:.3g} MB)" for path, size in result["files"].items())
+  written = ", ".join(f"{path} ({size / 2**20:.3g} MB)" if size >= 1024 else f"{path} ({size} bytes)"
+                      for path, size in result["files"].items())
   lines.append(f"  wrote {written} in {result['seconds']:.1f} s")
   return "\n".join(lines)
 
