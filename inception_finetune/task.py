@@ -274,6 +274,9 @@ def export_model(model, path, image_size, central_fraction, class_names):
   def serve(images):
     # The whole batch at once (its images have one size): no per-image loop for converters to lower.
     prepared = preprocessing.preprocess_for_eval(images, image_size, image_size, central_fraction)
+    # Its size said to the graph (a crop of any image leaves it unknown there): LiteRT's converter
+    # needs the channels of the network's input, for a model that takes any image size.
+    prepared = tf.reshape(prepared, [-1, image_size, image_size, 3])
     logits = tf.cast(inception_v4.main_logits(model(prepared, training=False)), tf.float32)
     class_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return {"probabilities": tf.nn.softmax(logits), "class_ids": class_ids,

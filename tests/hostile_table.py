@@ -89,6 +89,8 @@ SURFACES[f"{SEG}.predict"]["--output_dir"] = ("output", "a refused run leaves no
 SURFACES[f"{TRI}.predict"]["--embed_to, --output"] = ("output", "a refused run leaves nothing",
                                                       "a name the writer changes")
 SURFACES[f"{TRI}.predict"]["metrics.json"] = ("file",)
+SURFACES[f"{TRI}.predict"]["--threshold_from (an export's JSON)"] = ("file", "not UTF-8", "out of range",
+                                                                     "with --threshold")
 SURFACES[f"{INC}.predict"]["--output"] = ("output", "a refused run leaves nothing")
 SURFACES[f"{INC}.predict"]["labels.txt"] = ("file",)
 SURFACES[f"{INC}.predict"]["assets/class_names.txt"] = ("file",)
@@ -98,7 +100,8 @@ SURFACES.update({
         "checkpoints and their state file": ("file",),
         "metrics.json (triplet)": ("file",),
         "--saved_model": ("file",),
-        "--output": ("output", "the run's workdir or a folder in it", "an existing file not an export"),
+        "--output": ("output", "the run's workdir or a folder in it", "an existing file not an export",
+                     "a folder where its JSON goes"),
         "flags": ("values", "an extra not installed"),
         "signals": (None, "at start-up", "between stages", "after the last safe point"),
     },
@@ -460,6 +463,14 @@ ROWS = [
      "tests/test_predict.py::test_the_workdirs_threshold_says_its_step_and_when_there_is_none"),
     (f"{TRI}.predict", "metrics.json", ("missing", "a folder"), "cannot be read ({reason}); pass --threshold", 0,
      HOSTILE + "test_predict_reads_its_run_files_in_one_line"),
+    (f"{TRI}.predict", "--threshold_from (an export's JSON)",
+     ("missing", "empty", "cut short", "not UTF-8", "wrong type", "a folder", "another trainer's", "out of range",
+      "with --threshold"),
+     ("cannot be read (No such file or directory)", "is empty", "is not valid JSON", "cannot be read (",
+      "holds no keys (a JSON list)", "cannot be read (Is a directory)",
+      'describes an export of "segmentation", not of triplet', "threshold is 3, not a distance in (0, 2]",
+      "give --threshold or --threshold_from, not both"), 2,
+     "tests/test_predict.py::test_a_threshold_from_json_that_does_not_serve_is_one_line_before_the_model_loads"),
     (f"{INC}.predict", "labels.txt", ("missing", "empty", "cut short", "a folder"),
      ("does not exist: give the --workdir of an inception_finetune", "no '<id>:<name>' lines", "expected '<id>:<name>'"),
      2, HOSTILE + "test_predict_reads_its_run_files_in_one_line"),
@@ -514,6 +525,8 @@ ROWS = [
     (EXPORT, "--output", "the run's workdir or a folder in it", ("is the run's --workdir", "a folder of the run"), 2,
      "tests/test_cli_paths.py::test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused"),
     (EXPORT, "--output", "an existing file not an export", "exists and is not an earlier onnx export", 2,
+     "tests/test_cli_paths.py::test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused"),
+    (EXPORT, "--output", "a folder where its JSON goes", "where the export's JSON goes, is a folder", 2,
      "tests/test_cli_paths.py::test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused"),
     (EXPORT, "--output", "read-only", "it is not writable: make it writable or choose another --output", 2,
      HOSTILE + "test_export_reads_the_run_as_evaluate_does"),

@@ -1,17 +1,21 @@
 """scripts/export.py on runs the test writes (config.json and a checkpoint, no training): each format's
 model, run by its own runtime, gives the SavedModel's outputs on the evaluation images; a failed
 check or a missing extra is one line and leaves no output."""
+import json
 import os
 import shutil
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed")
-pytest.importorskip("onnxruntime")
+onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert")
 
+from PIL import Image  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from tensorflow.lite.tools import flatbuffer_utils  # pylint: disable=g-import-not-at-top
 
 from common.app import cli  # pylint: disable=g-import-not-at-top
 from common.contract import config as config_lib  # pylint: disable=g-import-not-at-top
@@ -22,6 +26,7 @@ from segmentation import data as segmentation_data  # pylint: disable=g-import-n
 from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
 from triplet import data as triplet_data  # pylint: disable=g-import-not-at-top
 from triplet import model as triplet_model  # pylint: disable=g-import-not-at-top
+from triplet import predict as triplet_predict  # pylint: disable=g-import-not-at-top
 from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
 
 # Inception V4's run copies the session's checkpoint of the same untrained network, seeded 0 as
@@ -65,22 +70,93 @@ def runs(tmp_path_factory, inception_smoke_checkpoint):
   return Runs(tmp_path_factory, inception_smoke_checkpoint)
 
 
+@pytest.fixture(scope="module")
+def exports(runs, tmp_path_factory):
+  """exports(trainer, fmt) -> (its output path, export.export's result): each export of a run made
+  once, when a test first asks for it, into a folder of its own."""
+  made = {}
+
+  def export_of(trainer, fmt):
+    if (trainer, fmt) not in made:
+      output = str(tmp_path_factory.mktemp(f"{trainer}_{fmt}") / (f"model{export.SUFFIX[fmt]}" if fmt in export.SUFFIX else "saved_model"))
+      made[trainer, fmt] = output, export.export(runs[trainer], fmt, output)
+    return made[trainer, fmt]
+
+  return export_of
+
+
 # Inception V4 at its smoke size (75x75, its smallest): 1.5 min for LiteRT (7.5 GB resident at the
 # peak), 2-2.5 min for ONNX (tf2onnx's graph optimizer: 13.5 GB resident at the peak).
-@pytest.mark.parametrize("trainer, fmt", [
-    *[(trainer, fmt) for trainer in ("segmentation", "triplet") for fmt in ("onnx", "litert")],
-    *[pytest.param("inception_v4", fmt, marks=pytest.mark.slow) for fmt in ("onnx", "litert")]])
-def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, trainer, fmt, tmp_path):
-  output = str(tmp_path / f"model.{fmt}")
-  result = export.export(runs[trainer], fmt, output)
-  assert os.path.isfile(output) and not os.path.exists(output + ".tmp")
+CONVERSIONS = [*[(trainer, fmt) for trainer in ("segmentation", "triplet") for fmt in ("onnx", "litert")],
+               *[pytest.param("inception_v4", fmt, marks=pytest.mark.slow) for fmt in ("onnx", "litert")]]
+
+
+@pytest.mark.parametrize("trainer, fmt", CONVERSIONS)
+def test_the_export_gives_the_saved_models_outputs_in_its_runtime(exports, trainer, fmt):
+  output, result = exports(trainer, fmt)
+  assert sorted(os.listdir(os.path.dirname(output))) == [os.path.basename(output), os.path.basename(output) + ".json"]
   assert result["max_difference"] and max(result["max_difference"].values()) < 1e-5, result
   assert result["after"] == pytest.approx(result["before"], abs=1e-6), result
   if trainer != "triplet":
     assert result["same_class_ids"] == 1.0
     assert result["metric"] == {"segmentation": "miou", "inception_v4": "top1"}[trainer]
-  # LiteRT's image size is fixed: the first evaluation image's (the synthetic images are 64x64).
-  assert (result["image_size"] is not None) == (fmt == "litert")
+  assert result["image_size"] is None  # any size, in both formats
+  text = export.describe(result, fmt, output, None)
+  assert text.splitlines()[-1] == (f"  wrote {output} ({os.path.getsize(output) / 2**20:.3g} MB), {output}.json "
+                                   f"({os.path.getsize(output + '.json')} bytes) in {result['seconds']:.1f} s")
+
+
+@pytest.mark.parametrize("trainer, fmt", CONVERSIONS)
+def test_another_image_size_and_a_batch_of_three_give_predicts_outputs(exports, trainer, fmt):
+  """predict --saved_model runs the SavedModel's serving signature on each photo as it is: the export
+  takes the same uint8 images, of a size the evaluation never had (45x71), three at once."""
+  saved_model, _ = exports(trainer, "saved_model")
+  output, _ = exports(trainer, fmt)
+  images = tf.cast(tf.random.stateless_uniform([3, 45, 71, 3], [4, 2], maxval=256, dtype=tf.int32), tf.uint8)
+  expected = export.load("saved_model", saved_model)(images)
+  outputs = export.load(fmt, output)(images)
+  assert set(outputs) == {name for name, value in expected.items() if value.dtype != tf.string}
+  for name, value in outputs.items():
+    want = expected[name].numpy()
+    assert value.shape == want.shape, (name, value.shape, want.shape)
+    if value.dtype.is_floating:
+      assert np.max(np.abs(value.numpy() - want)) <= 1e-4 * max(1.0, np.max(np.abs(want))), name
+    else:
+      assert np.array_equal(value.numpy(), want), name
+
+
+def test_the_triplet_threshold_is_in_every_export_and_predict_takes_it_from_the_json(runs, exports, tmp_path,
+                                                                                   capsys):
+  """The verification threshold and its step: the SavedModel's signature `constants`, the JSON beside
+  the ONNX and LiteRT models, their own metadata; triplet.predict --threshold_from prints it."""
+  carried = export.load("saved_model", exports("triplet", "saved_model")[0]).constants
+  assert sorted(carried) == ["step", "threshold"] and 0 < carried["threshold"] <= 2, carried
+  for fmt in ("onnx", "litert"):
+    output, _ = exports("triplet", fmt)
+    with open(output + ".json", encoding="utf-8") as f:
+      about = json.load(f)
+    assert about == {"trainer": "triplet", "format": fmt, **carried}, about
+    metadata = model_metadata(fmt, output)
+    assert {name: metadata.get(name) for name in about} == {name: str(value) for name, value in about.items()}
+  photos = []
+  for seed in (1, 2):
+    photos.append(str(tmp_path / f"{seed}.png"))
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(photos[-1])
+  capsys.readouterr()
+  triplet_predict.run(photos, helpers.make_config("triplet", "smoke"), workdir=runs["triplet"], compare_two=True,
+                      threshold_from=output + ".json")
+  assert (f"threshold {carried['threshold']:.4f} (from {output}.json, the litert export's: the run's verification "
+          f"pairs at step {carried['step']}): a pair is the same identity below it") in capsys.readouterr().out
+
+
+def model_metadata(fmt, path):
+  """{name: text} of an ONNX model's metadata_props or a LiteRT model's metadata entries."""
+  if fmt == "onnx":
+    return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
+  with open(path, "rb") as f:
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(f.read()))
+  return {entry.name.decode(): bytes(model.buffers[entry.buffer].data).decode(errors="replace")
+          for entry in model.metadata}
 
 
 def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
@@ -103,11 +179,10 @@ def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
     assert embeddings.shape == (2, config.model.embedding_size) and not embeddings.any(), (fmt, embeddings)
 
 
-def test_saved_model_format_and_a_saved_model_input(runs, tmp_path):
+def test_saved_model_format_and_a_saved_model_input(runs, exports, tmp_path):
   workdir = runs["segmentation"]
-  saved = str(tmp_path / "saved_model")
-  result = export.export(workdir, "saved_model", saved)
-  assert os.path.isfile(os.path.join(saved, "saved_model.pb"))
+  saved, result = exports("segmentation", "saved_model")
+  assert os.listdir(os.path.dirname(saved)) == ["saved_model"]  # no JSON: the SavedModel carries its own
   assert result["max_difference"]["logits"] == 0 and result["before"] == result["after"]
   converted = export.export(workdir, "onnx", str(tmp_path / "m.onnx"), saved_model=saved)
   assert converted["max_difference"]["logits"] < 1e-5 and converted["after"] == pytest.approx(result["before"])
