@@ -16,9 +16,11 @@ alone. Neither converter has kernels for the signatures' uint8 operations (a pad
 the frozen signature runs them on float32 copies of the same values behind one cast of the input.
 
 The check: the export, run by its own runtime (onnxruntime; LiteRT's interpreter), and the
-SavedModel score the evaluation set through Task.evaluate; the largest output difference, the share
-of equal class ids and both headline metrics are printed. A float export that differs by more than
-TOLERANCE is removed, in one line; a quantized one is reported, its differences being the point.
+SavedModel score the evaluation set through Task.evaluate (the run's own saved_model/ where it has
+one, so that the export is held to the run's answers; else --saved_model, or one made of the
+weights); the largest output difference, the share of equal class ids and both headline metrics
+are printed. A float export that differs by more than TOLERANCE is removed, in one line; a quantized
+one is reported, its differences being the point.
 """
 from common.runtime import process
 
@@ -105,12 +107,7 @@ def load_run(workdir, saved_model=None):
     workdir_lib.check_saved_model(saved_model, trainer)
   task = importlib.import_module(TRAINERS[trainer][1]).make_task(config, workdir, True)
   model = task.build_model()
-  directory = checkpoints.best_dir(workdir)
-  if not checkpoints.newest(directory):
-    directory = checkpoints.checkpoint_dir(workdir)
-  logging.info("exporting %s", checkpoints.restore_weights(model, directory))
-  if task.calibrate:  # as evaluate --workdir scores a checkpoint
-    task.calibrate(model)
+  logging.info("exporting %s", checkpoints.restore_served(model, workdir))
   return trainer, config, task, model
 
 
@@ -280,8 +277,12 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   _, config, task, model = load_run(workdir, saved_model)
   signals.check("")
   with tempfile.TemporaryDirectory() as scratch:
-    reference_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
-    reference = load("saved_model", reference_path)
+    converted_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
+    converted = load("saved_model", converted_path)
+    reference_path = reference_of(workdir, saved_model, task.name) or converted_path
+    reference = converted if reference_path == converted_path else load("saved_model", reference_path)
+    compared_with = (reference_path if saved_model or reference_path != converted_path
+                     else "a SavedModel of the same weights, made for the check")
     if fmt == "litert" and not image_size:  # LiteRT's converter needs the image size fixed
       probe = Comparison(reference, None, None, keep_images=1)
       evaluate(task, probe)
@@ -303,7 +304,7 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
         else:
           if quantize == "int8":
             logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
-          convert(reference, fmt, partial, image_size, quantize, before.images)
+          convert(converted, fmt, partial, image_size, quantize, before.images)
       signals.check("")
       try:
         check = Comparison(reference, load(fmt, partial), image_size)
@@ -314,8 +315,8 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
       failures = check.failures()
       if failures and not quantize:
         raise ExportError(f"the {fmt} export of {workdir} failed its check ({'; '.join(failures)} on "
-                          f"the evaluation images, tolerance {TOLERANCE:g} x the output's scale); "
-                          "nothing was written")
+                          f"the evaluation images, tolerance {TOLERANCE:g} x the output's scale; "
+                          f"compared with {compared_with}); nothing was written")
       with _writing(output):
         os.replace(partial, output)
     finally:
@@ -324,7 +325,18 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   return {"max_difference": check.max_difference, "same_class_ids": check.same / check.compared
           if check.compared else None, "metric": metric, "before": metrics_before[metric],
           "after": metrics_after[metric], "image_size": image_size and tuple(image_size),
-          "config": config}
+          "config": config, "reference": compared_with}
+
+
+def reference_of(workdir, saved_model, trainer):
+  """What the export of a run's weights is checked against: the run's own SavedModel (its answer
+  to every image) where it has one; None for --saved_model's conversion or a run without one."""
+  path = os.path.join(workdir, "saved_model")
+  if saved_model or not os.path.lexists(path):
+    return None
+  workdir_lib.check_saved_model(path, trainer)
+  logging.info("the export is checked against the run's own SavedModel %s", path)
+  return path
 
 
 def check_image_size(image_size):
@@ -367,6 +379,7 @@ def _writing(output):
 def describe(result, fmt, output, quantize):
   lines = [f"{output}: {fmt}{' ' + quantize if quantize else ''}"
            + (f", images {result['image_size'][0]}x{result['image_size'][1]}" if result["image_size"] else "")]
+  lines.append(f"  compared with {result['reference']}")
   for name, difference in sorted(result["max_difference"].items()):
     lines.append(f"  max |difference| of {name} from the SavedModel's: {difference:.3g}")
   if result["same_class_ids"] is not None:

@@ -1,8 +1,8 @@
-"""scripts/export.py on runs the test writes (config.json and a checkpoint, no training): each format's
-model, run by its own runtime, gives the SavedModel's outputs on the evaluation images; a failed
-check or a missing extra is one line and leaves no output."""
+"""scripts/export.py on runs the test writes (config.json and a checkpoint, no training; Inception V4's
+trained from random weights, with its saved_model/): each format's model, run by its own runtime,
+gives the SavedModel's outputs on the evaluation images; every reader of the Inception run gives its
+SavedModel's answer; a failed check or a missing extra is one line and leaves no output."""
 import os
-import shutil
 import sys
 
 import pytest
@@ -11,12 +11,17 @@ pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed"
 pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert")
 
+import numpy as np  # pylint: disable=g-import-not-at-top
+from PIL import Image  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from common.app import cli  # pylint: disable=g-import-not-at-top
 from common.contract import config as config_lib  # pylint: disable=g-import-not-at-top
 from common.training import checkpoints  # pylint: disable=g-import-not-at-top
+from common.training import evaluation  # pylint: disable=g-import-not-at-top
 import helpers  # pylint: disable=g-import-not-at-top
+from inception_finetune import predict as inception_predict  # pylint: disable=g-import-not-at-top
+from inception_finetune import task as inception_task  # pylint: disable=g-import-not-at-top
 from scripts import export  # pylint: disable=g-import-not-at-top
 from segmentation import data as segmentation_data  # pylint: disable=g-import-not-at-top
 from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
@@ -24,8 +29,8 @@ from triplet import data as triplet_data  # pylint: disable=g-import-not-at-top
 from triplet import model as triplet_model  # pylint: disable=g-import-not-at-top
 from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
 
-# Inception V4's run copies the session's checkpoint of the same untrained network, seeded 0 as
-# these are (tests/conftest.py's inception_smoke_checkpoint: Inception V4 built once).
+# Inception V4's run is the session's run trained from random weights (tests/conftest.py's
+# inception_random_run), which these tests only read.
 BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(
                    config, segmentation_data.read_settings(config.data)),
                "triplet": lambda config: triplet_task.build_model(config, 0)}
@@ -40,19 +45,18 @@ class Runs(dict):
   """{trainer: workdir} with the smoke preset's config.json and a checkpoint of its untrained model,
   each written when a test first asks for it (Inception V4's only by the slow tests)."""
 
-  def __init__(self, tmp_path_factory, inception_checkpoint):
+  def __init__(self, tmp_path_factory, inception_run):
     super().__init__()
     self.tmp_path_factory = tmp_path_factory
-    self.inception_checkpoint = inception_checkpoint
+    self.inception_run = inception_run
 
   def __missing__(self, trainer):
+    if trainer == "inception_v4":
+      self[trainer] = str(self.inception_run()[0])
+      return self[trainer]
     workdir = str(self.tmp_path_factory.mktemp(trainer))
     config = helpers.make_config(trainer, "smoke")
     config_lib.write_config(config, workdir)
-    if trainer == "inception_v4":
-      shutil.copytree(self.inception_checkpoint(), checkpoints.checkpoint_dir(workdir))
-      self[trainer] = workdir
-      return workdir
     tf.keras.utils.set_random_seed(0)  # the same weights in every session
     tf.train.CheckpointManager(tf.train.Checkpoint(model=BUILD_MODEL[trainer](config)),
                                checkpoints.checkpoint_dir(workdir), max_to_keep=1).save(checkpoint_number=1)
@@ -61,8 +65,8 @@ class Runs(dict):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, inception_smoke_checkpoint):
-  return Runs(tmp_path_factory, inception_smoke_checkpoint)
+def runs(tmp_path_factory, inception_random_run):
+  return Runs(tmp_path_factory, inception_random_run)
 
 
 # Inception V4 at its smoke size (75x75, its smallest): 1.5 min for LiteRT (7.5 GB resident at the
@@ -81,6 +85,40 @@ def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, trainer,
     assert result["metric"] == {"segmentation": "miou", "inception_v4": "top1"}[trainer]
   # LiteRT's image size is fixed: the first evaluation image's (the synthetic images are 64x64).
   assert (result["image_size"] is not None) == (fmt == "litert")
+  # Held to the run's own answers where it has a saved_model/ (the trained Inception run).
+  own = os.path.join(runs[trainer], "saved_model")
+  assert result["reference"] == (own if os.path.isdir(own) else "a SavedModel of the same weights, made "
+                                 "for the check"), result
+
+
+@pytest.mark.slow  # the session's Inception V4 run from random weights trains first (about a minute)
+def test_every_reader_of_an_inception_run_from_random_weights_gives_its_saved_models_answer(
+    runs, inception_random_run, tmp_path, capsys):
+  """Its checkpoint holds the BatchNorm statistics recalibrated for its weight average when it was
+  written: its saved_model/, predict --workdir, evaluate --workdir and the saved_model export give the
+  same top-1 and probabilities (ONNX and LiteRT: the test above, against the same saved_model/)."""
+  workdir, config = inception_random_run()
+  own = str(workdir / "saved_model")
+  images = tf.random.stateless_uniform([3, 90, 120, 3], [4, 2], maxval=256, dtype=tf.int32).numpy()
+  paths = [str(tmp_path / f"{i}.png") for i in range(len(images))]
+  for path, image in zip(paths, images.astype(np.uint8)):
+    Image.fromarray(image).save(path)  # lossless: the pixels the SavedModel is given below
+  served = export.load("saved_model", own)(images=tf.constant(images, tf.uint8))["probabilities"].numpy()
+  rows = inception_predict.classify(paths, config, workdir=str(workdir), top_k=config.data.num_classes)
+  predicted = np.array([[row[4] for row in sorted((row for row in rows if row[0] == path), key=lambda r: r[2])]
+                        for path in paths])
+  np.testing.assert_allclose(predicted, served, rtol=0, atol=1e-6)
+  assert [row[2] for row in rows if row[1] == 1] == list(np.argmax(served, axis=1))
+  capsys.readouterr()
+  task = inception_task.make_task(config, str(workdir), for_training=False)
+  from_checkpoint = evaluation.evaluate_saved(task, str(workdir)).metrics
+  from_saved_model = evaluation.evaluate_saved(task, str(workdir), own).metrics
+  assert (from_checkpoint["top1"], from_checkpoint["top5"]) == (from_saved_model["top1"], from_saved_model["top5"])
+  assert abs(from_checkpoint["loss"] - from_saved_model["loss"]) < 1e-6, (from_checkpoint, from_saved_model)
+  result = export.export(str(workdir), "saved_model", str(tmp_path / "exported"))
+  assert result["reference"] == own and result["max_difference"]["probabilities"] < 1e-6, result
+  assert result["same_class_ids"] == 1.0 and result["after"] == result["before"], result
+  assert f"compared with {own}" in export.describe(result, "saved_model", "exported", None)
 
 
 def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
