@@ -125,12 +125,12 @@ def inception_smoke_checkpoint(tmp_path_factory, worker_id):
 @pytest.fixture(scope="session")
 def inception_random_run(tmp_path_factory, worker_id):
   """get() -> (workdir, config) of the smoke preset's Inception V4 trained from random weights, every
-  layer (as the scratch preset), 4 steps with a weight average, evaluated and exported: its
+  layer (as the scratch preset), 2 steps with a weight average, evaluated and exported: its
   checkpoint holds recalibrated BatchNorm statistics. Trained at the session's first get() (about a
   minute), so that a fast run pays nothing. tests/test_export.py reads it."""
   config = helpers.make_config("inception_v4", "smoke", **{
-      "trainable_scopes": "", "train.num_steps": 4, "finetune.head_steps": 4, "train.eval_every": 4,
-      "train.checkpoint_every": 4, "train.log_every": 4, "train.ema_decay": 0.5})
+      "trainable_scopes": "", "train.num_steps": 2, "finetune.head_steps": 2, "train.eval_every": 2,
+      "train.checkpoint_every": 2, "train.log_every": 2, "train.ema_decay": 0.5})
 
   def write(root):
     from inception_finetune import train  # pylint: disable=g-import-not-at-top
