@@ -22,10 +22,12 @@ verification threshold and its step), also in the model's own metadata (ONNX's m
 LiteRT's metadata entries) for runtimes that read it.
 
 The check: the export, run by its own runtime (onnxruntime; LiteRT's interpreter), and the
-SavedModel score the evaluation set through Task.evaluate; the largest output difference, the share
-of equal class ids and both headline metrics are printed. A float export that differs by more than
-TOLERANCE is removed, in one line; a quantized one is reported, its differences being the point.
-The closing line gives each written file's size and the export's wall time.
+SavedModel score the evaluation set through Task.evaluate (the run's own saved_model/ where it has
+one, so that the export is held to the run's answers; else --saved_model, or one made of the
+weights); the largest output difference, the share of equal class ids and both headline metrics
+are printed. A float export that differs by more than TOLERANCE is removed, in one line; a quantized
+one is reported, its differences being the point. The closing line gives each written file's size
+and the export's wall time.
 """
 from common.runtime import process
 
@@ -116,12 +118,7 @@ def load_run(workdir, saved_model=None):
     workdir_lib.check_saved_model(saved_model, module.NAME)
   task = module.make_task(config, workdir, for_training=True)
   model = task.build_model()
-  directory = checkpoints.best_dir(workdir)
-  if not checkpoints.newest(directory):
-    directory = checkpoints.checkpoint_dir(workdir)
-  logging.info("exporting %s", checkpoints.restore_weights(model, directory))
-  if task.calibrate:  # as evaluate --workdir scores a checkpoint
-    task.calibrate(model)
+  logging.info("exporting %s", checkpoints.restore_served(model, workdir))
   return module, config, task, model
 
 
@@ -324,9 +321,13 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   described = output + ".json" if fmt in SUFFIX else None
   signals.check("")
   with tempfile.TemporaryDirectory() as scratch:
-    reference_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
-    reference = load("saved_model", reference_path)
-    about = {"trainer": task.name, "format": fmt, **reference.constants}
+    converted_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
+    converted = load("saved_model", converted_path)
+    reference_path = reference_of(workdir, saved_model, task.name) or converted_path
+    reference = converted if reference_path == converted_path else load("saved_model", reference_path)
+    compared_with = (reference_path if saved_model or reference_path != converted_path
+                     else "a SavedModel of the same weights, made for the check")
+    about = {"trainer": task.name, "format": fmt, **converted.constants}
     before = Comparison(reference, None, image_size,
                         keep_images=REPRESENTATIVE_IMAGES if quantize == "int8" else 0)
     metrics_before = evaluate(task, before)
@@ -343,7 +344,7 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
         else:
           if quantize == "int8":
             logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
-          convert(reference, fmt, partial, image_size, quantize, before.images,
+          convert(converted, fmt, partial, image_size, quantize, before.images,
                   {name: str(value) for name, value in about.items()})
           with open(partial + ".json", "w", encoding="utf-8") as f:
             f.write(json.dumps(about, indent=2) + "\n")
@@ -357,8 +358,8 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
       failures = check.failures()
       if failures and not quantize:
         raise ExportError(f"the {fmt} export of {workdir} failed its check ({'; '.join(failures)} on "
-                          f"the evaluation images, tolerance {TOLERANCE:g} x the output's scale); "
-                          "nothing was written")
+                          f"the evaluation images, tolerance {TOLERANCE:g} x the output's scale; "
+                          f"compared with {compared_with}); nothing was written")
       with _writing(output):
         os.replace(partial, output)
         if described:
@@ -369,7 +370,8 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   return {"max_difference": check.max_difference, "same_class_ids": check.same / check.compared
           if check.compared else None, "metric": metric, "before": metrics_before[metric],
           "after": metrics_after[metric], "image_size": image_size and tuple(image_size),
-          "config": config, "files": {path: _size(path) for path in written}}
+          "config": config, "files": {path: _size(path) for path in written},
+          "reference": compared_with}
 
 
 def _size(path):
@@ -377,6 +379,17 @@ def _size(path):
   if os.path.isfile(path):
     return os.path.getsize(path)
   return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
+
+
+def reference_of(workdir, saved_model, trainer):
+  """What the export of a run's weights is checked against: the run's own SavedModel (its answer
+  to every image) where it has one; None for --saved_model's conversion or a run without one."""
+  path = os.path.join(workdir, "saved_model")
+  if saved_model or not os.path.lexists(path):
+    return None
+  workdir_lib.check_saved_model(path, trainer)
+  logging.info("the export is checked against the run's own SavedModel %s", path)
+  return path
 
 
 def check_image_size(image_size):
@@ -423,6 +436,7 @@ def describe(result, fmt, output, quantize):
   fixed = result["image_size"]
   lines = [f"{output}: {fmt}{' ' + quantize if quantize else ''}, "
            + (f"images {fixed[0]}x{fixed[1]}" if fixed else "images of any size") + ", any batch"]
+  lines.append(f"  compared with {result['reference']}")
   for name, difference in sorted(result["max_difference"].items()):
     lines.append(f"  max |difference| of {name} from the SavedModel's: {difference:.3g}")
   if result["same_class_ids"] is not None:

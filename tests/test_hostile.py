@@ -402,6 +402,25 @@ def test_export_reads_the_run_as_evaluate_does(tmp_path, capsys, caplog, monkeyp
   assert line.startswith(f"error: cannot write {folder}") and line.endswith(
       "it is not writable: make it writable or choose another --output"), line
 
+  # The run's own saved_model/, which the export is checked against, read as a --saved_model is.
+  own = good / "saved_model"
+  assert export_script.reference_of(str(good), None, "segmentation") is None  # none: one made of the weights
+  own.write_text("not a SavedModel")
+  assert "is a file, not a SavedModel" in error_line(capsys, export_script.reference_of, str(good), None, "segmentation")
+  own.unlink()
+  own.mkdir()
+  assert "is a folder without saved_model.pb" in error_line(capsys, export_script.reference_of, str(good), None,
+                                                            "segmentation")
+  own.rmdir()
+  shutil.copytree(saved_model, own)
+  assert export_script.reference_of(str(good), None, "segmentation") == str(own)
+  assert "is the export of the segmentation trainer" in error_line(capsys, export_script.reference_of, str(good),
+                                                                   None, "triplet")
+  for fraction in (0.5, 0):  # cut short, then empty
+    test_run_files.cut(own / "saved_model.pb", fraction)
+    assert f"SavedModel {own} is damaged (" in error_line(capsys, export_script.load, "saved_model", str(own))
+  shutil.rmtree(own)
+
   # A triplet run's metrics.json: the step of the threshold its export carries (-1: none said).
   monkeypatch.setattr(triplet_task, "make_predict_fn", lambda model: model)  # no model: the scores below
   scores = lambda predict, from_saved_model: task_lib.Evaluation({triplet_task.VERIFICATION_THRESHOLD: 0.5})
