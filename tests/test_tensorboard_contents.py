@@ -128,11 +128,11 @@ def test_tensorboard_serves_chance_lines_named_trials_and_the_columns_shown(segm
     assert [step for _, step, _ in chance] == sorted(helpers.read_scalars(runs / "segmentation" / "eval", "miou"))
     assert chance[-1][2] == pytest.approx(results["eval"]["chance_miou"])
 
-    # The columns the HParams table shows by default: its first five hyperparameters (the preset and
-    # the keys set on the command line) and first five metrics (the headline ones first).
+    # The columns the HParams table shows by default: its first five hyperparameters (by name, of the
+    # preset, the usual ones and the keys set on the command line) and five metrics (the headline ones first).
     experiment = post_json(f"{url}/hparams/experiment", {"experimentName": ""})
     assert [info["name"] for info in experiment["hparamInfos"][:5]] == [
-        "preset", "summaries.activation_stats", "summaries.images_every", "train.num_steps", "train.profile_steps"]
+        "optimizer.learning_rate", "optimizer.name", "preset", "summaries.activation_stats", "summaries.images_every"]
     metrics = [info["name"] for info in experiment["metricInfos"]]
     assert metrics[:2] == [{"group": "eval", "tag": "miou"}, {"group": "eval", "tag": "pixel_accuracy"}]
     assert {"group": "eval", "tag": "iou/00_background"} in metrics and not [
@@ -187,8 +187,10 @@ def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
     (example,) = shown[f"examples/{i}"]
     assert example.dtype == np.uint8
     helpers.assert_shown_legibly(example, [-1])  # "predicted: ...", the last line
-    # Enlarged 8 times, the most a whole factor can within the box above two caption lines.
-    np.testing.assert_array_equal(example[:160:8, :192:8], plots.to_uint8((images[i].numpy() + 1) / 2))
-    red = (example[160:, :, 0] > 200) & (example[160:, :, 1] < 80)  # a wrong prediction's line
+    # Enlarged to fill the box above two caption lines (213 - 2 * 20 - 4 px): the image at its pixels' centres.
+    scale = 169 / 20
+    centres = [((np.arange(n) + 0.5) * scale).astype(int) for n in (20, 24)]
+    np.testing.assert_array_equal(example[centres[0]][:, centres[1]], plots.to_uint8((images[i].numpy() + 1) / 2))
+    red = (example[169:, :, 0] > 200) & (example[169:, :, 1] < 80)  # a wrong prediction's line
     assert red.any() == (label != 1)
   assert shown["confusion_matrix"].shape[:1] + shown["confusion_matrix"].shape[2:] == (1, plots.TENSORBOARD_WIDTH, 3)

@@ -185,12 +185,10 @@ def captioned(image, lines):
 
 
 def fitted(image, width, height):
-  """[H, W, ...] -> the largest that fits width x height, nearest neighbour (class ids stay ids):
-  enlarged by a whole factor (pixels stay square), or shrunk by any."""
+  """[H, W, ...] -> the largest that fits width x height, enlarged or shrunk by nearest neighbour
+  (class ids stay ids)."""
   image = np.asarray(image)
   factor = min(width / image.shape[1], height / image.shape[0])
-  if factor >= 1:
-    return upscaled(image, int(factor) * max(image.shape[:2]))
   rows = (np.arange(max(1, int(image.shape[0] * factor))) / factor).astype(int)
   columns = (np.arange(max(1, int(image.shape[1] * factor))) / factor).astype(int)
   return image[rows][:, columns]

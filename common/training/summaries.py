@@ -205,7 +205,7 @@ class RunSummaries:
 
   def write_hparams(self, config, metric_names, headline, command_line, workdir):
     """The HParams that tell runs apart (hparams_of: the preset, HPARAM_KEYS and the keys set on
-    the command line; the preset and those keys in the columns shown by default) and the scalars
+    the command line; SHOWN_FIRST and those keys first in the columns shown by default) and the scalars
     of eval/, metric_names but the chance levels, as the run's final metrics, the headline ones
     first. The run is named by its workdir's folder (the table's first column shows about 15
     characters; the preset is a column): runs of one folder name would be one trial there."""
@@ -215,7 +215,7 @@ class RunSummaries:
       first = [name for name in headline if name in names]
       self._run.write_hparams(hparams_of(config, command_line), first + sorted(set(names) - set(first)),
                               group="eval", trial_id=os.path.basename(os.path.abspath(workdir)),
-                              shown_first=["preset"] + command_line["keys"] if command_line else [])
+                              shown_first=SHOWN_FIRST + tuple(command_line["keys"] if command_line else ()))
 
   def write_train_scalars(self, step, metrics, learning_rate, nonfinite_steps):
     """A step's metrics (but "finite"), the learning rate and the counts the run keeps."""
@@ -317,12 +317,18 @@ def _sprite(thumbnails):
       side * height, side * width, channels)
 
 
-# The config keys a person varies between runs, in the HParams plugin's column order (those the
-# trainer's config has); the others (paths, cadences, data checks) stay in the config text.
+# The config keys a person varies between runs (those the trainer's config has; TensorBoard 2.21
+# orders the columns by name); the others (paths, cadences, data checks) stay in the config text.
 HPARAM_KEYS = ("optimizer.name", "optimizer.learning_rate", "optimizer.schedule", "optimizer.warmup_steps",
                "optimizer.decay_steps", "optimizer.decay_rate", "train.batch_size", "train.num_steps",
                "finetune.head_steps", "finetune.unfreeze_last_blocks", "model.widths",
                "model.embedding_size", "model.hidden_units", "loss.name", "mixed_precision")
+
+
+# The HParams table shows five hyperparameter columns by default, those marked as differing first:
+# these and the keys set on the command line (the plugin takes the marks from one run, which
+# cannot know the others').
+SHOWN_FIRST = ("preset", "optimizer.name", "optimizer.learning_rate", "train.batch_size", "train.num_steps")
 
 
 def hparams_of(config, command_line):
