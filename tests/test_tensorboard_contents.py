@@ -194,3 +194,11 @@ def test_inception_evaluation_images_are_the_evaluated_ones_with_their_labels():
     red = (example[169:, :, 0] > 200) & (example[169:, :, 1] < 80)  # a wrong prediction's line
     assert red.any() == (label != 1)
   assert shown["confusion_matrix"].shape[:1] + shown["confusion_matrix"].shape[2:] == (1, plots.TENSORBOARD_WIDTH, 3)
+
+
+def test_inception_chance_levels_are_lines_on_the_top1_chart():
+  """Each chance level goes to a run of its own under its metric's tag; a name that is no metric's
+  chance stays a chart of its own."""
+  names = ["top1", "top5", "chance_top1_majority", "chance_top1_uniform", "chance_miou"]  # no miou
+  assert summaries.chance_runs(names) == {"chance_top1_majority": ("chance_majority", "top1"),
+                                          "chance_top1_uniform": ("chance_uniform", "top1")}
