@@ -148,7 +148,7 @@ def train(config, workdir, *, strategy, model, phases, task, command_line=None):
         if int(run.checkpoint.step) < phase_end:
           consecutive = _train_phase(run, phase, phase_end, watchdog, consecutive)
       _end_training(run, watchdog)
-    return _close_run(run, time.time() - started, command_line, trial_id=workdir)
+    return _close_run(run, time.time() - started, command_line, workdir)
 
 
 def _start_run(config, cluster, model, phases, task):
@@ -249,13 +249,13 @@ def _end_training(run, watchdog):
   _honour_signal(run)
 
 
-def _close_run(run, wall_time_s, command_line, trial_id):
+def _close_run(run, wall_time_s, command_line, workdir):
   """Writes the final metrics.json, HParams and report, leaves the model with the best weights
   (if kept) and returns the final metrics."""
   results = run.record.write(wall_time_s, int(run.checkpoint.step) - run.start_step)
   # The final evaluation's metrics are the last values of eval/'s scalars.
   run.summaries.write_hparams(run.config, list(run.record.evaluation.metrics), run.task.headline_metrics,
-                              command_line, trial_id=trial_id)
+                              command_line, workdir)
   run.summaries.close()
   run.record.best.load_into_model()
   if run.record.best.best is None:  # the run ends with, and exports, what it served
