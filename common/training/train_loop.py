@@ -393,7 +393,9 @@ def _evaluate(run):
     raise signals_lib.Interrupted(e.signum, f"during the evaluation at step {step}; checkpoint "
                                   f"{_save_and_report(run)} written; run the same command again "
                                   "to resume") from None
-  evaluation.metrics.update({f"raw/{name}": value for name, value in raw.items()})
+  # The chance levels depend on the labels alone: once, beside the average's metrics.
+  evaluation.metrics.update({f"raw/{name}": value for name, value in raw.items()
+                             if name not in summaries_lib.chance_runs(raw)})
   results = run_state.figures(evaluation)
   logging.info("eval at step %d (%.1f s): %s", step, time.time() - started,
                "  ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
