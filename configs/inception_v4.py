@@ -66,7 +66,7 @@ def get_config(preset=None):
   # timm's training augmentations, all off by default (inception_finetune/augment.py). RandAugment:
   # this many operations per training image (0 = off) at this strength, in [0, 10].
   config.data.randaugment_ops = 0
-  config.data.randaugment_magnitude = 9  # timm's rand-m9
+  config.data.randaugment_magnitude = 9.0  # timm's rand-m9
   # Mixup and CutMix of each training batch with itself reversed, lambda ~ Beta(alpha, alpha);
   # 0 = off (timm's recipes: 0.8 and 1.0). Labels become soft, label_smoothing on top.
   config.data.mixup_alpha = 0.0
