@@ -63,6 +63,16 @@ def get_config(preset=None):
   config.data.central_fraction = 0.875  # evaluation crop
   config.data.augment = True  # False: training images get the evaluation preprocessing
   config.data.fast_mode = True  # TF-Slim's fast color distortion (brightness, saturation)
+  # timm's training augmentations, all off by default (inception_finetune/augment.py). RandAugment:
+  # this many operations per training image (0 = off) at this strength, in [0, 10].
+  config.data.randaugment_ops = 0
+  config.data.randaugment_magnitude = 9.0  # timm's rand-m9
+  # Mixup and CutMix of each training batch with itself reversed, lambda ~ Beta(alpha, alpha);
+  # 0 = off (timm's recipes: 0.8 and 1.0). Labels become soft, label_smoothing on top.
+  config.data.mixup_alpha = 0.0
+  config.data.cutmix_alpha = 0.0
+  config.data.mix_prob = 1.0  # probability that a batch is mixed at all
+  config.data.mix_switch_prob = 0.5  # with both alphas on: probability of CutMix rather than mixup
   config.data.eval_batch_size = 32
   config.data.shuffle_buffer = 1000  # tfrecord source; file lists are shuffled whole
   config.data.eval_fraction = 0.1  # folder/csv without a separate eval set

@@ -2,8 +2,9 @@
 
 Every source becomes the same two pipelines:
   train: endless, shuffled with the seed, optionally oversampling rare classes,
-    Inception training distortions seeded per element; yields
-    (float32 images [B, S, S, 3] in [-1, 1], int32 class ids [B]).
+    Inception training distortions and RandAugment seeded per element; yields
+    (float32 images [B, S, S, 3] in [-1, 1], int32 class ids [B]), or with mixup or CutMix
+    (augment.py, seeded per batch) float32 soft labels [B, num_classes] instead of the ids.
   eval: one pass in order, slim's evaluation preprocessing; same element types.
   raw_eval: the same pass of uint8 images as decoded, for a SavedModel that
     preprocesses inside.
@@ -37,6 +38,8 @@ from common.data import image_checks
 from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
+from common.data.normalization import unit_to_symmetric
+from inception_finetune import augment
 from inception_finetune import class_sources
 from inception_finetune import preprocessing
 
@@ -54,6 +57,12 @@ class DataSettings:
   central_fraction: float
   augment: bool
   fast_mode: bool
+  randaugment_ops: int
+  randaugment_magnitude: float
+  mixup_alpha: float
+  cutmix_alpha: float
+  mix_prob: float
+  mix_switch_prob: float
   eval_batch_size: int
   shuffle_buffer: int
   eval_fraction: float
@@ -84,6 +93,12 @@ def read_settings(data_cfg):
       "data.central_fraction": config_lib.number(0, 1),  # TF-Slim's: 0 (or 1) = no crop
       "data.augment": config_lib.BOOL,
       "data.fast_mode": config_lib.BOOL,
+      "data.randaugment_ops": config_lib.NON_NEGATIVE_INT,  # 0 = off
+      "data.randaugment_magnitude": config_lib.number(0, augment.MAX_MAGNITUDE),
+      "data.mixup_alpha": config_lib.NON_NEGATIVE,  # 0 = off
+      "data.cutmix_alpha": config_lib.NON_NEGATIVE,  # 0 = off
+      "data.mix_prob": config_lib.number(0, 1),
+      "data.mix_switch_prob": config_lib.number(0, 1),
       "data.skip_bad_files": config_lib.BOOL,
       "data.min_class_count": config_lib.NON_NEGATIVE_INT,
       "data.labels_offset": config_lib.NON_NEGATIVE_INT,
@@ -122,7 +137,8 @@ class ClassificationData:
   """What the trainer needs from the data.
 
   Attributes:
-    train: endless dataset of (float32 [B, S, S, 3] in [-1, 1], int32 [B]); None for an evaluation.
+    train: endless dataset of (float32 [B, S, S, 3] in [-1, 1], int32 [B], or float32 soft labels
+      [B, num_classes] with mixup or CutMix); None for an evaluation.
     eval: one pass of (float32 images [B, S, S, 3], int32 [B]).
     raw_eval: one pass of (uint8 images [1, H, W, 3] as decoded, int32 [1]), in eval's order.
     num_classes: number of classes; ids are 0..num_classes-1.
@@ -172,7 +188,7 @@ def make_datasets(settings, batch_size, seed, workdir=None, for_training=True):
   report = class_labels.class_balance_report(train_source.counts, class_names, settings.min_class_count)
   for line in report.splitlines():
     logging.info("%s", line)
-  train = _make_train(train_source, settings, batch_size, seed)
+  train = _make_train(train_source, settings, batch_size, seed, num_classes)
   if settings.oversample_to:
     logging.info("oversampling: classes drawn as though each had at least %d images",
                  settings.oversample_to)
@@ -187,7 +203,8 @@ def make_datasets(settings, batch_size, seed, workdir=None, for_training=True):
                             run_files={LABELS_FILENAME: class_labels.labels_file_text(class_names),
                                        CLASS_BALANCE_FILENAME: class_labels.class_balance_csv(
                                            train_source.counts, class_names, settings.min_class_count)},
-                            new_train=lambda: _make_train(train_source, settings, batch_size, seed))
+                            new_train=lambda: _make_train(train_source, settings, batch_size, seed,
+                                                          num_classes))
 
 
 def _evaluation_data(settings, seed, workdir):
@@ -251,23 +268,37 @@ def _make_sources(settings, seed, workdir, for_training=True, run_names=None):
 # The pipelines every source shares.
 
 
-def _make_train(source, settings, batch_size, seed):
+def _make_train(source, settings, batch_size, seed, num_classes):
   size = settings.image_size
   records = source.read(seed).enumerate()
   if settings.oversample_to:
     records = pipeline.oversample(records, source.counts, settings.oversample_to, seed)
+  mixing = augment.Mixing(settings.mixup_alpha, settings.cutmix_alpha, settings.mix_prob,
+                          settings.mix_switch_prob)
 
   def preprocess(index, example):
     contents, label = example
     image = image_checks.decode_image(contents)
-    if not settings.augment:
-      return preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction), label
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    return preprocessing.preprocess_for_train(image, size, size, element_seed,
-                                              fast_mode=settings.fast_mode), label
+    if settings.augment:
+      image = preprocessing.preprocess_for_train(image, size, size, element_seed,
+                                                 fast_mode=settings.fast_mode)
+    else:
+      image = preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction)
+    if settings.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
+      image = unit_to_symmetric(augment.rand_augment(
+          (image + 1.0) / 2.0, settings.randaugment_ops, settings.randaugment_magnitude, element_seed))
+    # A batch's mixing is seeded by its first image's place in the stream, which the checkpointed
+    # iterator resumes at.
+    return (image, label, index) if mixing.on else (image, label)
 
-  images = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-  return images.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+  batches = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+  batches = batches.batch(batch_size, drop_remainder=True)
+  if mixing.on:
+    batches = batches.map(lambda images, labels, indices: augment.mix_batch(
+        images, labels, num_classes, mixing, tf.stack([tf.cast(seed, tf.int64), indices[0]])),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+  return batches.prefetch(tf.data.AUTOTUNE)
 
 
 def _make_eval(source, settings, uint8_images):

@@ -220,10 +220,11 @@ def make_loss_fn(num_classes, label_smoothing, aux_loss_weight):
     images, labels = batch
     outputs = model(images, training=training)
     logits = inception_v4.main_logits(outputs)
-    loss = losses.sparse_classification_loss(labels, logits, num_classes, label_smoothing)
+    loss = losses.classification_loss(labels, logits, num_classes, label_smoothing)
     if isinstance(outputs, (list, tuple)):
-      loss += aux_loss_weight * losses.sparse_classification_loss(labels, outputs[1], num_classes,
-                                                                  label_smoothing)
+      loss += aux_loss_weight * losses.classification_loss(labels, outputs[1], num_classes, label_smoothing)
+    if labels.dtype.is_floating:  # mixed labels (mixup, CutMix): a hit is the larger share's class
+      labels = tf.argmax(labels, axis=-1, output_type=tf.int32)
     correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(labels, tf.int32))
     return loss, {"accuracy": tf.reduce_mean(tf.cast(correct, tf.float32))}
   return loss_fn

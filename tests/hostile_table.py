@@ -63,6 +63,8 @@ SURFACES[f"{INC}.train"].update({
     "labels.csv": ("file",),
     "TF-Slim checkpoint": ("file",),
     "labels.txt, class_balance.csv": (None, "a refused rerun"),
+    "mixup, CutMix and RandAugment keys": (None, "alpha below 0", "probability outside [0, 1]",
+                                           "magnitude out of range", "not a number"),
 })
 for _command in EVALUATE + PREDICT:
   SURFACES[_command].update({
@@ -349,6 +351,14 @@ ROWS = [
      "tests/test_slim_checkpoint.py::test_bad_checkpoints_are_one_line_errors"),
     (f"{INC}.train", "labels.txt, class_balance.csv", "a refused rerun", "assert snapshot(workdir) == before", 2,
      "tests/test_refusals_leave_workdir.py::test_a_refused_inception_rerun_leaves_the_workdir_byte_identical"),
+    (f"{INC}.train", "mixup, CutMix and RandAugment keys", "alpha below 0",
+     ('("data.mixup_alpha", -0.2)', '("data.cutmix_alpha", -1.0)'), 2, CONFIG_VALUE),
+    (f"{INC}.train", "mixup, CutMix and RandAugment keys", "probability outside [0, 1]",
+     ('("data.mix_prob", 1.5)', '("data.mix_switch_prob", -0.1)'), 2, CONFIG_VALUE),
+    (f"{INC}.train", "mixup, CutMix and RandAugment keys", "magnitude out of range",
+     ('("data.randaugment_magnitude", 11)', '("data.randaugment_magnitude", -1.0)'), 2, CONFIG_VALUE),
+    (f"{INC}.train", "mixup, CutMix and RandAugment keys", "not a number",
+     ('("data.mixup_alpha", math.nan)', '("data.randaugment_ops", True)'), 2, CONFIG_VALUE),
 
     # evaluate and predict: the run they read.
     (EVALUATE + PREDICT, "--workdir", "missing", "config.json does not exist", 2, RUN_CONFIG),

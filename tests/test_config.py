@@ -113,6 +113,9 @@ OWN = {
         ("data.source", "voc"), ("data.num_classes", -1), ("data.eval_batch_size", 0),
         ("data.shuffle_buffer", 0), ("data.eval_fraction", 1.0), ("data.oversample_to", -1),
         ("data.duplicates", "maybe"), ("data.synthetic_images_per_class", 1),
+        ("data.randaugment_ops", -1), ("data.randaugment_ops", True), ("data.randaugment_magnitude", 11),
+        ("data.randaugment_magnitude", -1.0), ("data.mixup_alpha", -0.2), ("data.mixup_alpha", math.nan),
+        ("data.cutmix_alpha", -1.0), ("data.mix_prob", 1.5), ("data.mix_switch_prob", -0.1),
     ],
 }
 

@@ -29,19 +29,19 @@ HEAD_STEPS = 8
 UNFROZEN_STEPS = 40
 
 
-def test_sparse_loss_rejects_one_hot_and_float_labels():
+def test_the_loss_rejects_integer_vectors_float_ids_and_ids_out_of_range():
   logits = tf.zeros([2, 3])
   with pytest.raises(DataError, match=r"labels have shape \(2, 3\).*not one-hot"):
-    losses.sparse_classification_loss(tf.one_hot([0, 2], 3), logits, 3)
-  with pytest.raises(DataError, match="labels are float32"):
-    losses.sparse_classification_loss(tf.constant([0.0, 2.0]), logits, 3)
+    losses.classification_loss(tf.constant([[0, 1, 0], [1, 0, 0]]), logits, 3)
+  with pytest.raises(DataError, match=r"float labels have shape \(2,\)"):
+    losses.classification_loss(tf.constant([0.0, 2.0]), logits, 3)
   with pytest.raises(tf.errors.InvalidArgumentError, match="label >= num_classes"):
-    losses.sparse_classification_loss(tf.constant([0, 3]), logits, 3)
+    losses.classification_loss(tf.constant([0, 3]), logits, 3)
 
 
 def test_label_smoothing_is_slims():
   logits = tf.constant([[2.0, 0.0, -1.0]])
-  smoothed = losses.sparse_classification_loss(tf.constant([0]), logits, 3, label_smoothing=0.3)
+  smoothed = losses.classification_loss(tf.constant([0]), logits, 3, label_smoothing=0.3)
   log_probs = tf.nn.log_softmax(logits)[0].numpy()
   targets = np.array([0.7 + 0.1, 0.1, 0.1])  # one-hot * (1 - 0.3) + 0.3 / 3
   np.testing.assert_allclose(smoothed.numpy(), -(targets * log_probs).sum(), rtol=1e-6)
