@@ -53,6 +53,7 @@ if __name__ == "__main__":
 import argparse  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -253,8 +254,7 @@ def estimate_trainer(trainer, args, workdir):
 def evaluation_in_windows(config, model):
   """The memory estimate of segmentation's evaluation in windows (eval.window, eval.scales, eval.flip),
   which bounds the network's part whatever the image's size (memory_estimate.tiled_estimate)."""
-  from segmentation import inference  # pylint: disable=g-import-not-at-top  # only when benchmarked
-  settings = inference.read_inference(config)
+  settings = importlib.import_module(TRAINERS["segmentation"][1]).validate_config(config)[1]  # its Inference
   return memory_estimate.tiled_estimate(
       model, settings.window, int(settings.windows_per_call()), config.data.num_classes, config.mixed_precision,
       max(settings.scales), settings.flip or len(settings.scales) > 1)
