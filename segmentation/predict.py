@@ -38,12 +38,13 @@ from segmentation import visualize
 def load_saved_model(saved_model, inference):
   """images -> (class ids, class names) of a SavedModel, its logits in inference's windows and
   variants (inference.Inference)."""
-  serve = predict_lib.load_saved_model(saved_model, ("class_ids",), task_lib.NAME).signatures["serving_default"]
+  loaded = predict_lib.load_saved_model(saved_model, ("class_ids",), task_lib.NAME)
   # The names are a constant output: one call on a pixel gives them (exports from before class names
   # were added have none: ids then).
-  names = serve(images=tf.zeros([1, 1, 1, 3], tf.uint8)).get("class_names")
+  names = loaded.signatures["serving_default"](images=tf.zeros([1, 1, 1, 3], tf.uint8)).get("class_names")
   names = None if names is None else [n.decode() for n in names.numpy()]
-  return classifier(lambda images: serve(images=images)["logits"], inference, names)
+  # Through `loaded`, which owns the variables the signature reads (a compiled call holds them weakly).
+  return classifier(lambda images: loaded.signatures["serving_default"](images=images)["logits"], inference, names)
 
 
 def load_workdir(workdir, config, settings, inference):
