@@ -212,7 +212,9 @@ def make_task(config, workdir, for_training=True):
       loss_fn=make_loss_fn(settings.ignore_label, config.loss),
       make_predict_fn=lambda model: make_predict_fn(model_forward(model, multiple), inference),
       evaluate=evaluate,
-      saved_model_predict_fn=lambda serve: make_predict_fn(lambda images: serve(images=images)["logits"], inference),
+      # Eager: scripts/export.py passes its runtimes' stand-ins for the signature (ONNX, LiteRT).
+      saved_model_predict_fn=lambda serve: functools.partial(
+          inference_lib.image_logits, lambda images: serve(images=images)["logits"], inference=inference),
       export=lambda model, path: export_model(model, path, multiple, class_names),
       describe=f"{settings.source} data, {settings.patch_size}x{settings.patch_size} patches",
       image_summaries_fn=make_image_summaries(class_names, settings.ignore_label),

@@ -1,7 +1,6 @@
 """Scoring a model: its current weights during training, the newest checkpoint of a run, or a
 SavedModel, through the trainer's Task.evaluate; what a trainer's evaluation uses of the engine
 (EvalSampler, batch_norm_statistics)."""
-import functools
 import os
 
 from absl import logging
@@ -35,20 +34,13 @@ def make_evaluate_fn(task, model):
 def load_predict_fn(task, workdir, saved_model=None):
   """The predict function of a SavedModel, or of the newest checkpoint in workdir."""
   if saved_model:
-    loaded = checkpoints.load_saved_model(saved_model, trainer=task.name)
-    # A compiled predict that calls the signature holds the loaded object's variables weakly: the
-    # object lives as long as the function.
-    return functools.partial(_call, task.saved_model_predict_fn(loaded.signatures["serving_default"]), loaded)
+    return task.saved_model_predict_fn(checkpoints.load_saved_model(saved_model, trainer=task.name)
+                                       .signatures["serving_default"])
   model = task.build_model()
   logging.info("evaluating %s", checkpoints.restore_model(model, workdir))
   if task.calibrate:
     task.calibrate(model)
   return task.make_predict_fn(model)
-
-
-def _call(predict, owner, inputs):
-  del owner  # only kept alive
-  return predict(inputs)
 
 
 def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
