@@ -35,9 +35,9 @@ from segmentation import task as task_lib
 from segmentation import visualize
 
 
-def load_saved_model(saved_model, inference):
+def load_saved_model(saved_model, inference=inference_lib.Inference()):
   """images -> (class ids, class names) of a SavedModel, its logits in inference's windows and
-  variants (inference.Inference)."""
+  variants (inference.Inference; default: whole images)."""
   loaded = predict_lib.load_saved_model(saved_model, ("class_ids",), task_lib.NAME)
   # The names are a constant output: one call on a pixel gives them (exports from before class names
   # were added have none: ids then).
