@@ -20,7 +20,7 @@ PRESETS = {
 
 
 def get_config(preset=None):
-  config = base_config()
+  config = base_config("inception_finetune")
   # TF-Slim's fine-tuning flags.
   config.checkpoint_path = ""  # a TF-Slim checkpoint (prefix or directory); "" = random initialization
   config.checkpoint_exclude_scopes = "InceptionV4/Logits,InceptionV4/AuxLogits"

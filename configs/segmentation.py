@@ -14,7 +14,7 @@ PRESETS = {
 
 
 def get_config(preset=None):
-  config = base_config()
+  config = base_config("segmentation")
   config.train.batch_size = 32
   config.train.num_steps = 400
   config.train.log_every = 50

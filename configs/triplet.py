@@ -15,7 +15,7 @@ PRESETS = {
 
 
 def get_config(preset=None):
-  config = base_config()
+  config = base_config("triplet")
   config.train.num_steps = 3000
   config.train.log_every = 100
   config.train.eval_every = 500

@@ -23,7 +23,7 @@ hand plain values to the readers and checks of common/data (labels: common/data/
 """
 import dataclasses
 import os
-from typing import Callable
+from typing import Callable, Optional
 
 from absl import logging
 import numpy as np
@@ -131,7 +131,7 @@ class ClassificationData:
       (its class_balance.csv), or None.
     num_eval: images in one pass of `eval`.
     new_train: () -> a new pipeline equal to `train`, from its first batch (a second iterator of
-      `train` itself would draw another shuffle).
+      `train` itself would draw another shuffle); None for an evaluation.
     data_report: what the checks skipped (common/data/image_checks.skip_report), for metrics.json.
     train_files: the training images, or TFRecord shards, in order.
     run_files: {name: text} of labels.txt and class_balance.csv, which the loop writes into the
@@ -144,7 +144,7 @@ class ClassificationData:
   class_names: tuple
   train_counts: np.ndarray
   num_eval: int
-  new_train: Callable[[], tf.data.Dataset]
+  new_train: Optional[Callable[[], tf.data.Dataset]]
   data_report: dict = dataclasses.field(default_factory=dict)
   train_files: list = dataclasses.field(default_factory=list)
   run_files: dict = dataclasses.field(default_factory=dict)
@@ -166,7 +166,7 @@ def make_datasets(settings, batch_size, seed, workdir=None, for_training=True):
                                    or (settings.source == "tfrecord" and not settings.labels_file)):
     _refuse_num_classes(settings)
   if not for_training:
-    return _evaluation_data(settings, batch_size, seed, workdir)
+    return _evaluation_data(settings, seed, workdir)
   class_names, train_source, eval_source = _make_sources(settings, seed, workdir)
   num_classes = len(class_names)
   report = class_labels.class_balance_report(train_source.counts, class_names, settings.min_class_count)
@@ -190,11 +190,10 @@ def make_datasets(settings, batch_size, seed, workdir=None, for_training=True):
                             new_train=lambda: _make_train(train_source, settings, batch_size, seed))
 
 
-def _evaluation_data(settings, batch_size, seed, workdir):
+def _evaluation_data(settings, seed, workdir):
   """The evaluation's ClassificationData: only the evaluation images are checked. The class names
   and training counts are the run's (its labels.txt and class_balance.csv); with class folders and
-  data.eval_dir, data.train_dir is not read. new_train() reads the training data only when called:
-  the BatchNorm calibration of a checkpoint's layers trained from random weights needs it."""
+  data.eval_dir, data.train_dir is not read."""
   run_names, run_counts = read_run_classes(workdir)
   class_names, _, eval_source = _make_sources(settings, seed, workdir, for_training=False,
                                               run_names=run_names)
@@ -204,21 +203,12 @@ def _evaluation_data(settings, batch_size, seed, workdir):
   if run_counts is not None and len(run_counts) != len(class_names):
     raise DataError(f"{os.path.join(workdir, CLASS_BALANCE_FILENAME)}: {len(run_counts)} classes, but the "
                     f"data has {len(class_names)}; it is another run's, or the data changed")
-  training = []
-
-  def new_train():
-    if not training:
-      logging.info("reading the training data: the BatchNorm layers trained from random weights are "
-                   "calibrated on training images, as in training")
-      training.append(make_datasets(settings, batch_size, seed, workdir))
-    return training[0].new_train()
-
   logging.info("classification data: %s, %d eval images, %d classes", settings.source,
                eval_source.counts.sum(), len(class_names))
   return ClassificationData(train=None, eval=_make_eval(eval_source, settings, False),
                             raw_eval=_make_eval(eval_source, settings, True), num_classes=len(class_names),
                             class_names=tuple(class_names), train_counts=run_counts,
-                            num_eval=int(eval_source.counts.sum()), new_train=new_train,
+                            num_eval=int(eval_source.counts.sum()), new_train=None,
                             data_report=image_checks.skip_report({"eval": eval_source.skipped}))
 
 

@@ -11,9 +11,9 @@ preprocessing (central crop data.central_fraction, TF-Slim's bilinear resize to 
 command ends with exit code 2 once the others' classes are shown.
 
 --workdir reads a training run: its own config.json (--config.key=value on top), its classes
-(labels.txt) and the weights of its best evaluation (best/) or else of its newest checkpoint; as in
-`evaluate --workdir`, BatchNorm layers trained from random weights are first calibrated on training
-images. --saved_model reads an export (class names from its assets/class_names.txt).
+(labels.txt) and the weights of its best evaluation (best/) or else of its newest checkpoint, with the
+BatchNorm statistics the run recalibrated when it wrote them (those of its SavedModel).
+--saved_model reads an export (class names from its assets/class_names.txt).
 """
 from common.runtime import process
 
@@ -65,8 +65,6 @@ def load_workdir(workdir, config):
                     "--workdir of an inception_finetune training run, or pass --saved_model")
   model = task_lib.build_model(config, len(names))
   predict_lib.restore_weights(model, workdir)
-  if task_lib.fresh_batch_norm_layers(model, config):  # statistics a checkpoint does not hold
-    task_lib.make_task(config, workdir, for_training=False).calibrate(model)
   logits = task_lib.make_predict_fn(model)
   size, fraction = settings.image_size, settings.central_fraction
 

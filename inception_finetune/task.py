@@ -16,8 +16,9 @@ from common.contract import task as task_lib
 from common.contract.errors import ConfigError
 from common.data import listing
 from common.nn import optimizers
-from common.training import plots
+from common.training import calibration
 from common.training import evaluation
+from common.training import plots
 from inception_finetune import data as data_lib
 from inception_finetune import inception_v4
 from inception_finetune import losses
@@ -27,6 +28,8 @@ from inception_finetune import slim_checkpoint
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "inception_v4"
+# Its config file's module, onto whose get_config() scripts/export.py reads a run's config.json.
+CONFIG_MODULE = "configs.inception_v4"
 
 
 def validate_config(config):
@@ -76,7 +79,7 @@ def validate_config(config):
 
 
 # Training images whose BatchNorm statistics replace the moving ones of layers that started from
-# random weights, before each evaluation (in batches of train.batch_size).
+# random weights, in each checkpoint the run writes (in batches of train.batch_size).
 CALIBRATION_IMAGES = 256
 
 
@@ -123,15 +126,16 @@ def fresh_batch_norm_layers(model, config):
 
 
 def log_batch_norm_plan(model, config):
-  """Says which BatchNorm layers the evaluation recalibrates and which keep their decay."""
+  """Says which BatchNorm layers the checkpoints hold recalibrated and which keep their decay."""
   fresh = fresh_batch_norm_layers(model, config)
   total = sum(isinstance(layer, keras.layers.BatchNormalization) for layer in model.layers)
   decay = config.model.batch_norm_decay
   if fresh:
     logging.warning(
-        "BatchNorm: %d of %d layers start from random weights; before every evaluation the moving "
-        "statistics of those being trained are recomputed from %d training images (moving averages "
-        "at decay %s lag the weights by about %.0f steps)%s", len(fresh), total, CALIBRATION_IMAGES,
+        "BatchNorm: %d of %d layers start from random weights; each checkpoint holds the moving "
+        "statistics of those being trained recomputed from %d training images, which every evaluation, "
+        "prediction and export reads (moving averages at decay %s lag the weights by about %.0f "
+        "steps)%s", len(fresh), total, CALIBRATION_IMAGES,
         decay, 1 / max(1 - decay, 1e-9),
         f"; the {total - len(fresh)} restored layers keep decay {decay}" if total > len(fresh) else "")
   else:
@@ -145,23 +149,19 @@ def make_batch_norm_calibration(config, new_dataset):
   The moving averages of a decay near 1 (TF-Slim's 0.9997) stay near their initial values for
   thousands of steps while the weights move, so that an evaluation in inference mode scores a
   network that training never saw. Restored layers (good statistics) and frozen ones are left alone.
-  new_dataset() gives the training batches from the start, so that every calibration (in training
-  and in `evaluate --workdir`) reads the same images.
+  new_dataset() gives the training batches from the start. The run calls it when it writes a
+  checkpoint, which keeps the result (common/training/calibration.py) for every reader.
   """
   num_batches = -(-CALIBRATION_IMAGES // config.train.batch_size)
   traced = {}
 
   def calibrate(model):
-    if all(layer.trainable for layer in model.layers if layer.weights):
-      # No phase has frozen anything (evaluate --workdir's model): freeze as the last phase does,
-      # so that the layers training calibrated, and only those, are calibrated here.
-      slim_checkpoint.set_trainable_scopes(model, unfrozen_scopes(config))
     layers = [layer for layer in fresh_batch_norm_layers(model, config) if layer.trainable]
     if not layers:
       return
     statistics = [v for layer in layers for v in (layer.moving_mean, layer.moving_variance)]
     calibrated = {id(v) for v in statistics}
-    kept = [(v, tf.identity(v)) for v in evaluation.batch_norm_statistics(model)
+    kept = [(v, tf.identity(v)) for v in calibration.batch_norm_statistics(model)
             if id(v) not in calibrated]
     momenta = [layer.momentum for layer in layers]
     key = (id(model), tuple(layer.trainable for layer in model.layers))
@@ -272,6 +272,9 @@ def export_model(model, path, image_size, central_fraction, class_names):
   def serve(images):
     # The whole batch at once (its images have one size): no per-image loop for converters to lower.
     prepared = preprocessing.preprocess_for_eval(images, image_size, image_size, central_fraction)
+    # Its size said to the graph (a crop of any image leaves it unknown there): LiteRT's converter
+    # needs the channels of the network's input, for a model that takes any image size.
+    prepared = tf.reshape(prepared, [-1, image_size, image_size, 3])
     logits = tf.cast(inception_v4.main_logits(model(prepared, training=False)), tf.float32)
     class_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return {"probabilities": tf.nn.softmax(logits), "class_ids": class_ids,
@@ -292,7 +295,7 @@ def make_task(config, workdir, for_training=True):
   """Checks the config, builds the datasets (synthetic images go to workdir; labels.txt is a run file) -> Task.
 
   An evaluation (for_training=False) checks only the evaluation images, with the run's classes; its Task
-  has no training dataset (the calibration reads training images only if a checkpoint needs it).
+  has no training dataset and no calibration (the checkpoints hold its result).
   """
   settings = validate_config(config)
   data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, workdir, for_training)
@@ -326,5 +329,5 @@ def make_task(config, workdir, for_training=True):
       input_fingerprint=input_fingerprint(config.train.batch_size, settings, data) if for_training else {},
       data_report=data.data_report,
       run_files=data.run_files,
-      calibrate=make_batch_norm_calibration(config, data.new_train),
+      calibrate=make_batch_norm_calibration(config, data.new_train) if for_training else None,
       headline_metrics=("top1", "top5"))

@@ -36,7 +36,7 @@ def choose_start(config, workdir):
     return None
   if not config.checkpoint_path:
     logging.warning("STARTING FROM RANDOM WEIGHTS: checkpoint_path is empty (BatchNorm statistics "
-                    "are recomputed before each evaluation; see the BatchNorm line below)")
+                    "are recomputed into each checkpoint; see the BatchNorm line below)")
     return None
   path = slim_checkpoint.check_slim_checkpoint(config.checkpoint_path)
   logging.info("STARTING FROM the TF-Slim checkpoint %s", path)

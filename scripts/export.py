@@ -5,7 +5,8 @@ python scripts/export.py --workdir=runs/segmentation --format=onnx --output=runs
 python scripts/export.py --workdir=runs/dogs --format=litert --quantize=int8 --output=runs/dogs/model.tflite
 python scripts/export.py --workdir=runs/triplet --saved_model=runs/triplet/saved_model --format=litert --output=t.tflite
 
---workdir names the run: its config.json says which trainer it is and gives the evaluation set; its
+--workdir names the run: its config.json names the trainer (`trainer`: the package whose code wrote it
+and runs here) and gives the evaluation set; its
 weights (best/, else the newest checkpoint) go through the trainer's serving signature (Task.export),
 or --saved_model's (an export of the same trainer) is converted instead.
 
@@ -14,11 +15,19 @@ images and gives the numeric outputs (logits, probabilities, class ids, embeddin
 give ids, not class names). Keras' model.export(format="onnx"|"litert") would convert the network
 alone. Neither converter has kernels for the signatures' uint8 operations (a padding, a resize), so
 the frozen signature runs them on float32 copies of the same values behind one cast of the input.
+Both formats take what predict takes: uint8 images [batch, height, width, 3] of any batch and size
+(--image_size fixes the size), resized inside as the signature does. Beside an ONNX or LiteRT model,
+<output>.json says whose export it is and the constants its SavedModel carries (triplet: the
+verification threshold and its step), also in the model's own metadata (ONNX's metadata_props,
+LiteRT's metadata entries) for runtimes that read it.
 
 The check: the export, run by its own runtime (onnxruntime; LiteRT's interpreter), and the
-SavedModel score the evaluation set through Task.evaluate; the largest output difference, the share
-of equal class ids and both headline metrics are printed. A float export that differs by more than
-TOLERANCE is removed, in one line; a quantized one is reported, its differences being the point.
+SavedModel score the evaluation set through Task.evaluate (the run's own saved_model/ where it has
+one, so that the export is held to the run's answers; else --saved_model, or one made of the
+weights); the largest output difference, the share of equal class ids and both headline metrics
+are printed. A float export that differs by more than TOLERANCE is removed, in one line; a quantized
+one is reported, its differences being the point. The closing line gives each written file's size
+and the export's wall time.
 """
 from common.runtime import process
 
@@ -27,9 +36,12 @@ if __name__ == "__main__":
 
 import contextlib
 import importlib
+import json
 import os
+import re
 import shutil
 import tempfile
+import time
 import types
 
 from absl import flags
@@ -37,22 +49,20 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
+from tensorflow.lite.python import schema_py_generated as schema_fb
+from tensorflow.lite.tools import flatbuffer_utils
 from tensorflow.python.framework import convert_to_constants
 
 from common.app import cli
+from common.app import export as export_lib
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
-from common.contract.errors import DataError
 from common.contract.errors import first_line
 from common.contract.errors import UserError
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 
-# trainer: (its config module, the module with its make_task(config, workdir, for_training)).
-TRAINERS = {"segmentation": ("configs.segmentation", "segmentation.task"),
-            "triplet": ("configs.triplet", "triplet.evaluate"),
-            "inception_v4": ("configs.inception_v4", "inception_finetune.task")}
 FORMATS = ("saved_model", "onnx", "litert")
 # The only existing file an export replaces: an earlier export of its format (saved_model: none).
 SUFFIX = {"onnx": ".onnx", "litert": ".tflite"}
@@ -81,53 +91,56 @@ def require(fmt):
 
 
 def trainer_of(workdir):
-  """The trainer whose config <workdir>/config.json is, and its config with that file applied."""
+  """The task module (<trainer>.task) of the trainer that <workdir>/config.json names, and the run's
+  config: that trainer's config with the file applied. A trainer whose code is not importable here
+  is one line naming it."""
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
     raise ConfigError(f"{path} does not exist: give the --workdir of a training run")
-  errors = []
-  for trainer, (config_module, _) in TRAINERS.items():
-    config = importlib.import_module(config_module).get_config()
-    try:
-      config_lib.read_saved_config(path, config, "give the --workdir of a training run")
-    except DataError as e:
-      errors.append(e)
-      continue
-    return trainer, cli.run_config(types.SimpleNamespace(value=config), workdir)
-  raise errors[0]  # a broken file says so for every trainer
+  trainer = config_lib.read_json_object(path, "give the --workdir of a training run").get("trainer")
+  try:  # a package's dotted name, nothing else (a relative or empty name would import something else)
+    module = importlib.import_module(f"{trainer}.task") if isinstance(trainer, str) and re.fullmatch(
+        r"\w+(\.\w+)*", trainer) else None
+  except ModuleNotFoundError as e:
+    raise ConfigError(f"{path} is a run of the trainer {trainer!r}, whose code is not importable here "
+                      f"({e}): run from the root of its repository, or pip install -e . there") from None
+  if not all(hasattr(module, name) for name in ("NAME", "CONFIG_MODULE", "make_task")):
+    raise ConfigError(f"{path} names no trainer (trainer {trainer!r}); give the --workdir of a training run")
+  config = importlib.import_module(module.CONFIG_MODULE).get_config()
+  return module, cli.run_config(types.SimpleNamespace(value=config), workdir)
 
 
 def load_run(workdir, saved_model=None):
-  """(trainer, config, task, the Keras model with the run's best weights, else its newest); a
-  --saved_model of another trainer is refused before the weights are read."""
-  trainer, config = trainer_of(workdir)
+  """(the trainer's task module, config, task, the Keras model with the run's best weights, else its
+  newest); a --saved_model of another trainer is refused before the weights are read."""
+  module, config = trainer_of(workdir)
   if saved_model:
-    workdir_lib.check_saved_model(saved_model, trainer)
-  task = importlib.import_module(TRAINERS[trainer][1]).make_task(config, workdir, True)
+    workdir_lib.check_saved_model(saved_model, module.NAME)
+  task = module.make_task(config, workdir, for_training=True)
   model = task.build_model()
-  directory = checkpoints.best_dir(workdir)
-  if not checkpoints.newest(directory):
-    directory = checkpoints.checkpoint_dir(workdir)
-  logging.info("exporting %s", checkpoints.restore_weights(model, directory))
-  if task.calibrate:  # as evaluate --workdir scores a checkpoint
-    task.calibrate(model)
-  return trainer, config, task, model
+  logging.info("exporting %s", checkpoints.restore_served(model, workdir))
+  return module, config, task, model
 
 
 # The conversion.
 
 
+# Types neither converter runs arithmetic in (LiteRT has no float64 kernels either: Inception's central
+# crop computes its offsets in float64 for images of any size; exact in float32 for its 7/8 fraction).
+AS_FLOAT32 = (types_pb2.DT_UINT8, types_pb2.DT_DOUBLE)
+
+
 def _float_attr(value, renamed):
-  """uint8 types and constants of an op's attribute as float32; function names as renamed."""
+  """uint8 and float64 types and constants of an op's attribute as float32; function names as renamed."""
   kind = value.WhichOneof("value")
-  if kind == "type" and value.type == types_pb2.DT_UINT8:
+  if kind == "type" and value.type in AS_FLOAT32:
     value.type = types_pb2.DT_FLOAT
-  elif kind == "tensor" and value.tensor.dtype == types_pb2.DT_UINT8:
+  elif kind == "tensor" and value.tensor.dtype in AS_FLOAT32:
     value.tensor.CopyFrom(tf.make_tensor_proto(tf.make_ndarray(value.tensor).astype(np.float32)))
   elif kind == "func":
     value.func.name = renamed.get(value.func.name, value.func.name)
   elif kind == "list":
-    value.list.type[:] = [types_pb2.DT_FLOAT if t == types_pb2.DT_UINT8 else t for t in value.list.type]
+    value.list.type[:] = [types_pb2.DT_FLOAT if t in AS_FLOAT32 else t for t in value.list.type]
     for function in value.list.func:
       function.name = renamed.get(function.name, function.name)
 
@@ -144,7 +157,7 @@ def _float_nodes(nodes, renamed):
 
 def convertible(serve, image_size=None):
   """A tf.function of uint8 images [None, H, W, 3] (H, W: image_size or any) -> the signature's
-  numeric outputs, with variables frozen and every uint8 operation done in float32."""
+  numeric outputs, with variables frozen and every uint8 or float64 operation done in float32."""
   spec = tf.TensorSpec([None, *(image_size or (None, None)), 3], tf.uint8, name="images")
   traced = tf.function(lambda images: serve(images=images)).get_concrete_function(spec)
   frozen = convert_to_constants.convert_variables_to_constants_v2(traced)
@@ -156,7 +169,7 @@ def convertible(serve, image_size=None):
     _float_nodes(function.node_def, renamed)
     function.signature.name = renamed[function.signature.name]
     for arg in [*function.signature.input_arg, *function.signature.output_arg]:
-      arg.type = types_pb2.DT_FLOAT if arg.type == types_pb2.DT_UINT8 else arg.type
+      arg.type = types_pb2.DT_FLOAT if arg.type in AS_FLOAT32 else arg.type
     for key in ("_XlaMustCompile", "_noinline"):
       function.attr.pop(key, None)
   names = {name: tensor.name for name, tensor in zip(sorted(traced.structured_outputs), frozen.outputs)
@@ -170,12 +183,17 @@ def convertible(serve, image_size=None):
   return function
 
 
-def convert(serve, fmt, path, image_size=None, quantize=None, representative=()):
-  """Writes the signature `serve` as `fmt` into `path`."""
+def convert(serve, fmt, path, image_size=None, quantize=None, representative=(), metadata=None):
+  """Writes the signature `serve` as `fmt` into `path`, with `metadata` ({name: text}) in the
+  model's own metadata: ONNX's metadata_props, the LiteRT flatbuffer's metadata entries."""
   function = convertible(serve, image_size)
   if fmt == "onnx":
     tf2onnx = require(fmt)[0]
-    tf2onnx.convert.from_function(function, function.input_signature, output_path=path)
+    model, _ = tf2onnx.convert.from_function(function, function.input_signature)
+    for name, text in (metadata or {}).items():
+      model.metadata_props.add(key=name, value=text)
+    with open(path, "wb") as f:
+      f.write(model.SerializeToString())
     return
   module = tf.Module()
   module.serve = function
@@ -189,15 +207,33 @@ def convert(serve, fmt, path, image_size=None, quantize=None, representative=())
     elif quantize == "int8":
       converter.representative_dataset = lambda: ([image[None]] for image in representative)
     content = converter.convert()
+  if metadata:
+    content = _with_metadata(content, metadata)
   with open(path, "wb") as f:
     f.write(content)
+
+
+def _with_metadata(content, metadata):
+  """A LiteRT flatbuffer with each {name: text} of `metadata` as one of its metadata entries."""
+  model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+  model.metadata = model.metadata or []
+  for name, text in metadata.items():
+    buffer, entry = schema_fb.BufferT(), schema_fb.MetadataT()
+    buffer.data = np.frombuffer(text.encode(), np.uint8)
+    entry.name, entry.buffer = name, len(model.buffers)
+    model.buffers.append(buffer)
+    model.metadata.append(entry)
+  return flatbuffer_utils.convert_object_to_bytearray(model)
 
 
 def load(fmt, path):
   """The export at `path` in its own runtime, called as a signature: images=uint8 [B, H, W, 3] -> {name: tensor}."""
   if fmt == "saved_model":
     loaded = checkpoints.load_saved_model(path)  # the signature's variables live as long as it
-    return lambda images: loaded.signatures["serving_default"](images=images)
+    serve = lambda images: loaded.signatures["serving_default"](images=images)
+    constants = loaded.signatures.get(export_lib.CONSTANTS_SIGNATURE)  # triplet's threshold, its step
+    serve.constants = {name: value.numpy().item() for name, value in constants().items()} if constants else {}
+    return serve
   if fmt == "onnx":
     onnxruntime = require(fmt)[1]
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -263,8 +299,10 @@ def evaluate(task, signature):
 def export(workdir, fmt, output, saved_model=None, image_size=None, quantize=None):
   """Exports, checks, and moves the export to `output` once its check holds (returns its figures);
   a signal stops it between its stages (and the trainer's SavedModel export), nothing written."""
+  started = time.monotonic()
   try:
-    return _export(workdir, fmt, output, saved_model, image_size, quantize)
+    return {**_export(workdir, fmt, output, saved_model, image_size, quantize),
+            "seconds": time.monotonic() - started}
   except signals.Interrupted as e:  # the trainer's export says it of a training run: reworded
     raise signals.Interrupted(e.signum, f"during the export to {output}; nothing was written: run the "
                               "command again") from None
@@ -274,19 +312,22 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
   if quantize and fmt != "litert":
     raise ExportError(f"--quantize={quantize} is for --format=litert (LiteRT's converter quantizes)")
   check_image_size(image_size)
+  written = [output] + ([output + ".json"] if fmt in SUFFIX else [])  # as named, for the closing line
   output = check_output(output, fmt, workdir)
   require(fmt)
   workdir_lib.check_writable(os.path.dirname(output), flag="--output")
   _, config, task, model = load_run(workdir, saved_model)
+  # Beside an ONNX or LiteRT model: its trainer and constants (a SavedModel carries its own).
+  described = output + ".json" if fmt in SUFFIX else None
   signals.check("")
   with tempfile.TemporaryDirectory() as scratch:
-    reference_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
-    reference = load("saved_model", reference_path)
-    if fmt == "litert" and not image_size:  # LiteRT's converter needs the image size fixed
-      probe = Comparison(reference, None, None, keep_images=1)
-      evaluate(task, probe)
-      image_size = probe.images[0].shape[:2]
-      logging.info("--image_size: %dx%d, the first evaluation image's", *image_size)
+    converted_path = saved_model or task.export(model, os.path.join(scratch, "saved_model"))
+    converted = load("saved_model", converted_path)
+    reference_path = reference_of(workdir, saved_model, task.name) or converted_path
+    reference = converted if reference_path == converted_path else load("saved_model", reference_path)
+    compared_with = (reference_path if saved_model or reference_path != converted_path
+                     else "a SavedModel of the same weights, made for the check")
+    about = {"trainer": task.name, "format": fmt, **converted.constants}
     before = Comparison(reference, None, image_size,
                         keep_images=REPRESENTATIVE_IMAGES if quantize == "int8" else 0)
     metrics_before = evaluate(task, before)
@@ -303,7 +344,10 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
         else:
           if quantize == "int8":
             logging.info("int8: calibrated on the first %d evaluation images", len(before.images))
-          convert(reference, fmt, partial, image_size, quantize, before.images)
+          convert(converted, fmt, partial, image_size, quantize, before.images,
+                  {name: str(value) for name, value in about.items()})
+          with open(partial + ".json", "w", encoding="utf-8") as f:
+            f.write(json.dumps(about, indent=2) + "\n")
       signals.check("")
       try:
         check = Comparison(reference, load(fmt, partial), image_size)
@@ -314,24 +358,45 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
       failures = check.failures()
       if failures and not quantize:
         raise ExportError(f"the {fmt} export of {workdir} failed its check ({'; '.join(failures)} on "
-                          f"the evaluation images, tolerance {TOLERANCE:g} x the output's scale); "
-                          "nothing was written")
+                          f"the evaluation images, tolerance {TOLERANCE:g} x the output's scale; "
+                          f"compared with {compared_with}); nothing was written")
       with _writing(output):
         os.replace(partial, output)
+        if described:
+          os.replace(partial + ".json", described)
     finally:
       shutil.rmtree(staging, ignore_errors=True)
   metric = task.headline_metrics[0]
   return {"max_difference": check.max_difference, "same_class_ids": check.same / check.compared
           if check.compared else None, "metric": metric, "before": metrics_before[metric],
           "after": metrics_after[metric], "image_size": image_size and tuple(image_size),
-          "config": config}
+          "config": config, "files": {path: _size(path) for path in written},
+          "reference": compared_with}
+
+
+def _size(path):
+  """Bytes of a file, or of the files in a folder (a SavedModel)."""
+  if os.path.isfile(path):
+    return os.path.getsize(path)
+  return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
+
+
+def reference_of(workdir, saved_model, trainer):
+  """What the export of a run's weights is checked against: the run's own SavedModel (its answer
+  to every image) where it has one; None for --saved_model's conversion or a run without one."""
+  path = os.path.join(workdir, "saved_model")
+  if saved_model or not os.path.lexists(path):
+    return None
+  workdir_lib.check_saved_model(path, trainer)
+  logging.info("the export is checked against the run's own SavedModel %s", path)
+  return path
 
 
 def check_image_size(image_size):
   """One line for an --image_size (height, width) outside 1 to MAX_IMAGE_SIDE (None: any)."""
   if image_size is not None and not all(1 <= side <= MAX_IMAGE_SIDE for side in image_size):
     raise ExportError(f"--image_size={image_size[0]} is not a side of 1 to {MAX_IMAGE_SIDE} pixels; "
-                      "leave it out for the first evaluation image's size (LiteRT) or any size (ONNX)")
+                      "leave it out for any size")
 
 
 def check_output(output, fmt, workdir):
@@ -351,6 +416,9 @@ def check_output(output, fmt, workdir):
   if os.path.lexists(path) and not (fmt in SUFFIX and path.endswith(SUFFIX[fmt])):
     kept = f"a name ending {SUFFIX[fmt]}" if fmt in SUFFIX else "a saved_model is written into a new folder"
     raise ExportError(f"--output={output} exists and is not an earlier {fmt} export ({kept}); name a new path")
+  if fmt in SUFFIX and os.path.lexists(path + ".json") and not os.path.isfile(path + ".json"):
+    raise ExportError(f"--output={output}: {output}.json, where the export's JSON goes, is a folder or a "
+                      "broken link; an export never replaces it: move it or name another --output")
   return path
 
 
@@ -365,8 +433,10 @@ def _writing(output):
 
 
 def describe(result, fmt, output, quantize):
-  lines = [f"{output}: {fmt}{' ' + quantize if quantize else ''}"
-           + (f", images {result['image_size'][0]}x{result['image_size'][1]}" if result["image_size"] else "")]
+  fixed = result["image_size"]
+  lines = [f"{output}: {fmt}{' ' + quantize if quantize else ''}, "
+           + (f"images {fixed[0]}x{fixed[1]}" if fixed else "images of any size") + ", any batch"]
+  lines.append(f"  compared with {result['reference']}")
   for name, difference in sorted(result["max_difference"].items()):
     lines.append(f"  max |difference| of {name} from the SavedModel's: {difference:.3g}")
   if result["same_class_ids"] is not None:
@@ -374,6 +444,9 @@ def describe(result, fmt, output, quantize):
   if result["metric"]:
     lines.append(f"  {result['metric']} on the evaluation set: SavedModel {result['before']:.4f}, "
                  f"export {result['after']:.4f}")
+  written = ", ".join(f"{path} ({size / 2**20:.3g} MB)" if size >= 1024 else f"{path} ({size} bytes)"
+                      for path, size in result["files"].items())
+  lines.append(f"  wrote {written} in {result['seconds']:.1f} s")
   return "\n".join(lines)
 
 
@@ -392,9 +465,9 @@ if __name__ == "__main__":
                                 "to write.", required=True)
   _SAVED_MODEL = flags.DEFINE_string("saved_model", None, "Convert this SavedModel instead of the "
                                      "run's weights.")
-  _IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "LiteRT: the side of the square images the "
-                                     "model takes (default the first evaluation image's size); "
-                                     "ONNX: fixes it too, else any size.")
+  _IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Fix the side of the square images the "
+                                     "model takes (others are resized to it for the check); default "
+                                     "any size.")
   _QUANTIZE = flags.DEFINE_enum("quantize", None, ("float16", "int8"), "LiteRT: float16 weights, or "
                                 "int8 weights and activations calibrated on evaluation images.")
   cli.run(main)

@@ -7,8 +7,8 @@ python -m segmentation.predict --saved_model=runs/segmentation/saved_model --out
 --workdir reads a training run: its own config.json (--config.key=value on top), and the weights of
 its best evaluation (best/, with train.best_metric) or else of its newest checkpoint; --saved_model
 reads an export. --config.eval.window=W --config.eval.stride=S predicts in overlapping windows (a photo
-of any size), --config.eval.flip and --config.eval.scales add test-time augmentation. Photos are read as a photo viewer shows them (their EXIF orientation applied); one
-over --max_pixels is refused before the model loads; one that does not read is named and left out, and
+of any size), --config.eval.flip and --config.eval.scales add test-time augmentation. Photos are read
+as a photo viewer shows them (their EXIF orientation applied); one over --max_pixels is refused before the model loads; one that does not read is named and left out, and
 the command ends with exit code 2 once the others' masks are written.
 """
 from common.runtime import process

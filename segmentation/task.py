@@ -28,6 +28,8 @@ from segmentation import visualize
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "segmentation"
+# Its config file's module, onto whose get_config() scripts/export.py reads a run's config.json.
+CONFIG_MODULE = "configs.segmentation"
 
 
 REPORT_OVERLAYS = 4  # evaluation images drawn with their truth and prediction in the report
@@ -113,7 +115,7 @@ def make_image_summaries(class_names, ignore_label):
     legend = np.union1d(np.unique(labels), np.unique(predictions))
     return {"patches": np.stack([
         np.asarray(visualize.figure(image, {"truth": label, "prediction": predicted}, class_names,
-                                    ignore_label, legend))
+                                    ignore_label, legend, plots.TENSORBOARD_BOX[0]))
         for image, label, predicted in zip(images.numpy(), labels, predictions)])}
   return image_summaries
 
@@ -122,7 +124,8 @@ def evaluation_summaries(examples, confusion, class_names, ignore_label):
   """The evaluation's TensorBoard images: a few examples (as the report's overlays) and the
   confusion matrix over all pixels."""
   images = {f"examples/{i}": np.asarray(visualize.figure(
-      image, {"truth": label, "prediction": np.argmax(logits, axis=-1)}, class_names, ignore_label))[None]
+      image, {"truth": label, "prediction": np.argmax(logits, axis=-1)}, class_names, ignore_label,
+      width=plots.TENSORBOARD_BOX[0]))[None]
       for i, (image, label, logits) in enumerate(examples)}
   images["confusion_matrix"] = plots.confusion_matrix_image(confusion, class_names, "confusion matrix (pixels)")
   return images

@@ -64,21 +64,28 @@ def paint(image, class_ids, ignore_label=None):
   return painted
 
 
-def figure(image, masks, class_names=None, ignore_label=None, legend_ids=None):
-  """The photo and a panel per mask ({caption: [H, W] class ids}) side by side, enlarged to at least
-  MIN_SIDE, captioned above, over a legend of the classes in the masks (or legend_ids) in id order,
-  "ignored" last. Text is a 40th of the width: TensorBoard shows the image about 400 px wide.
-  Returns a PIL image."""
-  image = plots.upscaled(np.asarray(image, np.uint8), MIN_SIDE)
+def figure(image, masks, class_names=None, ignore_label=None, legend_ids=None, width=None):
+  """The photo and a panel per mask ({caption: [H, W] class ids}) side by side, captioned above, over
+  a legend of the classes in the masks (or legend_ids) in id order, "ignored" last. By default (the
+  report's) the panels are enlarged to at least MIN_SIDE and the text is a 40th of the width; a
+  TensorBoard image is `width` wide (plots.TENSORBOARD_BOX's), its panels fitted into it and its text
+  plots.CAPTION_PX high, so that TensorBoard shows the text at least as drawn. Returns a PIL image."""
+  count = len(masks) + 1
+  side = width and (width - (count - 1) * _GAP) // count
+
+  def fit(pixels):
+    return plots.fitted(pixels, side, side) if side else plots.upscaled(np.asarray(pixels), MIN_SIDE)
+
+  image = fit(np.asarray(image, np.uint8))
   panels = {"photo": image}
   for caption, class_ids in masks.items():
-    panels[caption] = paint(image, plots.upscaled(np.asarray(class_ids), MIN_SIDE), ignore_label)
+    panels[caption] = paint(image, fit(class_ids), ignore_label)
   if legend_ids is None:
     legend_ids = np.unique(np.concatenate([np.ravel(m) for m in masks.values()]))
   present = sorted((int(c) for c in legend_ids), key=lambda c: (c == ignore_label, c))
-  height, width = image.shape[:2]
-  total = len(panels) * width + (len(panels) - 1) * _GAP
-  size = max(13, total // 40)
+  height, panel_width = image.shape[:2]
+  total = max(count * panel_width + (count - 1) * _GAP, width or 0)
+  size = plots.CAPTION_PX if width else max(13, total // 40)
   font = ImageFont.load_default(size=size)
   row = size + 8
   labels = [class_label(c, class_names, ignore_label) for c in present]
@@ -87,7 +94,7 @@ def figure(image, masks, class_names=None, ignore_label=None, legend_ids=None):
   canvas = Image.new("RGB", (max(total, entry), row + height + 6 + -(-len(present) // columns) * row), "white")
   draw = ImageDraw.Draw(canvas)
   for k, (caption, panel) in enumerate(panels.items()):
-    x = k * (width + _GAP)
+    x = k * (panel_width + _GAP)
     draw.text((x + 2, 2), caption, fill="black", font=font)
     canvas.paste(Image.fromarray(panel), (x, row))
   for k, (c, label) in enumerate(zip(present, labels)):

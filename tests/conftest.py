@@ -1,6 +1,7 @@
 """Shared test set-up: quiet TensorFlow, no global Keras state leaking between tests, a read-only folder,
 and what several test files read, made once per test session (the real data sets, a stand-in TF-Slim
-checkpoint, an untrained smoke Inception V4's checkpoint, a trained triplet smoke run)."""
+checkpoint, an untrained smoke Inception V4's checkpoint, one trained from random weights, a trained
+triplet smoke run)."""
 import contextlib
 import errno
 import io
@@ -119,6 +120,24 @@ def inception_smoke_checkpoint(tmp_path_factory, worker_id):
                                str(root / "checkpoints"), max_to_keep=1).save(checkpoint_number=1)
 
   return lambda: written_once(tmp_path_factory, worker_id, "inception_smoke_untrained", write) / "checkpoints"
+
+
+@pytest.fixture(scope="session")
+def inception_random_run(tmp_path_factory, worker_id):
+  """get() -> (workdir, config) of the smoke preset's Inception V4 trained from random weights, every
+  layer (as the scratch preset), 2 steps with a weight average, evaluated and exported: its
+  checkpoint holds recalibrated BatchNorm statistics. Trained at the session's first get() (about a
+  minute), so that a fast run pays nothing. tests/test_export.py reads it."""
+  config = helpers.make_config("inception_v4", "smoke", **{
+      "trainable_scopes": "", "train.num_steps": 2, "finetune.head_steps": 2, "train.eval_every": 2,
+      "train.checkpoint_every": 2, "train.log_every": 2, "train.ema_decay": 0.5})
+
+  def write(root):
+    from inception_finetune import train  # pylint: disable=g-import-not-at-top
+    with contextlib.redirect_stdout(io.StringIO()):
+      train.train_and_evaluate(config, str(root / "run"))
+
+  return lambda: (written_once(tmp_path_factory, worker_id, "inception_random_run", write) / "run", config)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ import tensorflow as tf
 from tensorboard.compat.proto import event_pb2
 
 from common.contract import task as task_lib
+from common.training import plots
 from inception_finetune import inception_v4
 from inception_finetune import slim_checkpoint
 from segmentation import visualize
@@ -47,6 +48,22 @@ def read_events(logdir):
       for value in event.summary.value:
         found.append((value.tag, value.metadata.plugin_data.plugin_name, event.step, value))
   return found
+
+
+def ink_heights(image):
+  """The heights of the runs of rows that hold dark pixels, top to bottom: a line of text each, or a
+  picture."""
+  dark = (np.asarray(image)[..., :3].min(axis=-1) < 128).any(axis=1).astype(np.int8)
+  edges = np.flatnonzero(np.diff(np.concatenate([[0], dark, [0]])))
+  return list(edges[1::2] - edges[::2])
+
+
+def assert_shown_legibly(image, text_lines):
+  """TensorBoard shows the image at least at its own size (within its box), and the given lines of
+  text (indices into ink_heights) at least 12 px from ascender to descender."""
+  assert image.shape[1] <= plots.TENSORBOARD_BOX[0] and image.shape[0] <= plots.TENSORBOARD_BOX[1], image.shape
+  heights = ink_heights(image)
+  assert min(heights[i] for i in text_lines) >= 12, heights
 
 
 def read_scalars(logdir, tag):

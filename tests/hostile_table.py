@@ -28,6 +28,7 @@ TRAINER_COMMANDS = TRAIN + EVALUATE + PREDICT
 EXPORT, FETCH, LAUNCH = "scripts.export", "scripts.fetch_slim_checkpoint", "scripts.launch_workers"
 BENCHMARK, REAL_SETS = "scripts.benchmark", "scripts.make_real_sets"
 CONVERT, CHECK_GPU = "scripts.convert_to_tfrecord", "scripts.check_gpu"
+NEW_TRAINER = "scripts.new_trainer"
 
 # {command: {surface: (category, extra kinds...) or (None, its kinds...)}}.
 SURFACES = {
@@ -93,16 +94,20 @@ for _command in (f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"):
 SURFACES[f"{TRI}.predict"]["--embed_to, --output"] = ("output", "a refused run leaves nothing",
                                                       "a name the writer changes")
 SURFACES[f"{TRI}.predict"]["metrics.json"] = ("file",)
+SURFACES[f"{TRI}.predict"]["--threshold_from (an export's JSON)"] = ("file", "not UTF-8", "out of range",
+                                                                     "with --threshold")
 SURFACES[f"{INC}.predict"]["--output"] = ("output", "a refused run leaves nothing")
 SURFACES[f"{INC}.predict"]["labels.txt"] = ("file",)
 SURFACES[f"{INC}.predict"]["assets/class_names.txt"] = ("file",)
 SURFACES.update({
     EXPORT: {
-        "config.json": ("file",),
+        "config.json": ("file", "a trainer not importable here", "names no trainer"),
         "checkpoints and their state file": ("file",),
         "metrics.json (triplet)": ("file",),
         "--saved_model": ("file",),
-        "--output": ("output", "the run's workdir or a folder in it", "an existing file not an export"),
+        "the run's saved_model/": ("file",),  # what the export is checked against
+        "--output": ("output", "the run's workdir or a folder in it", "an existing file not an export",
+                     "a folder where its JSON goes"),
         "flags": ("values", "an extra not installed"),
         "signals": (None, "at start-up", "between stages", "after the last safe point"),
     },
@@ -137,6 +142,12 @@ SURFACES.update({
         "flags": (None, "required flag missing", "--num_classes below 2"),
         "signals": (None, "at start-up", "while converting", "after the last safe point"),
     },
+    NEW_TRAINER: {
+        "NAME": (None, "not a package name", "a Python keyword", "already importable"),
+        "--from": (None, "missing", "unknown"),
+        "--dest": ("output", "not a repository of trainers"),
+        "signals": (None, "Ctrl-C"),
+    },
     CHECK_GPU: {
         "files": (None, "any"),
         "the GPU and TensorFlow's build": (None, "no GPU", "no kernels for it"),
@@ -159,6 +170,7 @@ PREDICT_PIXELS = "tests/test_predict.py::test_a_photo_over_max_pixels_is_one_lin
 PREDICT_LEAVES_NOTHING = "tests/test_predict.py::test_a_refused_or_interrupted_predict_leaves_no_folder_it_made"
 HOSTILE = "tests/test_hostile.py::"
 INFERENCE = "tests/test_segmentation_inference.py::"
+NEW_TRAINER_BAD = "tests/test_new_trainer.py::test_a_bad_name_source_or_destination_is_one_line_and_writes_nothing"
 
 ROWS = [
     # The trainers' command lines: --config and its values (common/app/cli.py, the config checks).
@@ -467,6 +479,14 @@ ROWS = [
      "tests/test_predict.py::test_the_workdirs_threshold_says_its_step_and_when_there_is_none"),
     (f"{TRI}.predict", "metrics.json", ("missing", "a folder"), "cannot be read ({reason}); pass --threshold", 0,
      HOSTILE + "test_predict_reads_its_run_files_in_one_line"),
+    (f"{TRI}.predict", "--threshold_from (an export's JSON)",
+     ("missing", "empty", "cut short", "not UTF-8", "wrong type", "a folder", "another trainer's", "out of range",
+      "with --threshold"),
+     ("cannot be read (No such file or directory)", "is empty", "is not valid JSON", "cannot be read (",
+      "holds no keys (a JSON list)", "cannot be read (Is a directory)",
+      'describes an export of "segmentation", not of triplet', "threshold is 3, not a distance in (0, 2]",
+      "give --threshold or --threshold_from, not both"), 2,
+     "tests/test_predict.py::test_a_threshold_from_json_that_does_not_serve_is_one_line_before_the_model_loads"),
     (f"{INC}.predict", "labels.txt", ("missing", "empty", "cut short", "a folder"),
      ("does not exist: give the --workdir of an inception_finetune", "no '<id>:<name>' lines", "expected '<id>:<name>'"),
      2, HOSTILE + "test_predict_reads_its_run_files_in_one_line"),
@@ -492,6 +512,9 @@ ROWS = [
       "config.json does not exist"), 2,
      HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
     (EXPORT, "config.json", "another trainer's", NA, "export takes any trainer's run: its config.json says whose"),
+    (EXPORT, "config.json", ("a trainer not importable here", "names no trainer"),
+     ("is a run of the trainer 'gone', whose code is not importable here ", "names no trainer (trainer None)"), 2,
+     "tests/test_new_trainer.py::test_export_runs_the_code_of_the_trainer_the_run_names"),
     (EXPORT, "checkpoints and their state file", "missing", "no checkpoint in", 2,
      HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
     (EXPORT, "checkpoints and their state file", ("empty", "wrong type", "a folder"),
@@ -513,11 +536,23 @@ ROWS = [
     (EXPORT, "--saved_model", "a folder", "is a folder without saved_model.pb", 2,
      HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
     (EXPORT, "--saved_model", "another trainer's", "is the export of the", 2, DAMAGED_SAVED_MODEL),
+    (EXPORT, "the run's saved_model/", "missing", "none: one made of the weights", 0,
+     HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
+    (EXPORT, "the run's saved_model/", ("empty", "cut short"), "is damaged (", 2,
+     HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
+    (EXPORT, "the run's saved_model/", "wrong type", "is a file, not a SavedModel", 2,
+     HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
+    (EXPORT, "the run's saved_model/", "a folder", "is a folder without saved_model.pb", 2,
+     HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
+    (EXPORT, "the run's saved_model/", "another trainer's", "is the export of the segmentation trainer", 2,
+     HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
     (EXPORT, "--output", "in the way", "is an existing folder; an export never replaces a folder", 2,
      "tests/test_cli_paths.py::test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused"),
     (EXPORT, "--output", "the run's workdir or a folder in it", ("is the run's --workdir", "a folder of the run"), 2,
      "tests/test_cli_paths.py::test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused"),
     (EXPORT, "--output", "an existing file not an export", "exists and is not an earlier onnx export", 2,
+     "tests/test_cli_paths.py::test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused"),
+    (EXPORT, "--output", "a folder where its JSON goes", "where the export's JSON goes, is a folder", 2,
      "tests/test_cli_paths.py::test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused"),
     (EXPORT, "--output", "read-only", "it is not writable: make it writable or choose another --output", 2,
      HOSTILE + "test_export_reads_the_run_as_evaluate_does"),
@@ -642,6 +677,20 @@ ROWS = [
      HOSTILE + "test_convert_to_tfrecord_reads_and_writes_in_one_line"),
     (CHECK_GPU, "signals", "after the last safe point", "after the check; nothing was written", 130,
      HOSTILE + "test_every_command_honours_a_signal_at_start_up_and_after_its_end"),
+
+    # scripts/new_trainer.py.
+    (NEW_TRAINER, "NAME", ("not a package name", "a Python keyword"),
+     ("'Roads' is not a package name: lower-case letters, digits and _", "'class' is not a package name"), 2,
+     NEW_TRAINER_BAD),
+    (NEW_TRAINER, "NAME", "already importable", "'json' is already an importable module (", 2, NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--from", ("missing", "unknown"),
+     ("the following arguments are required: --from", "not a trainer of {dest} (its trainers: mini, taken)"), 2,
+     NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--dest", "in the way", "exists already: choose another name", 2, NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--dest", "not a repository of trainers", "is not a repository of trainers", 2, NEW_TRAINER_BAD),
+    (NEW_TRAINER, "--dest", ("read-only", "full disk"), ("Read-only file system", "No space left on device"), 2,
+     "tests/test_new_trainer.py::test_a_read_only_or_full_destination_is_one_line_and_leaves_nothing"),
+    (NEW_TRAINER, "signals", "Ctrl-C", "interrupted by SIGINT; nothing was written", 130, NEW_TRAINER_BAD),
 
     # scripts/check_gpu.py: exit 1 when no GPU is usable, the cause said.
     (CHECK_GPU, "files", "any", NA, "it reads and writes no file"),

@@ -148,6 +148,7 @@ def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_ref
     (run / folder).mkdir(parents=True)
   for name in ("config.json", "model.onnx", "model.tflite"):
     (run / name).write_text("{}")
+  (run / "taken.tflite.json").mkdir()  # where the JSON beside an export goes
   (tmp_path / "elsewhere").mkdir()
   refused = [
       ("onnx", "run", "--output={0} is the run's --workdir; an export never replaces a folder"),
@@ -160,6 +161,7 @@ def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_ref
       ("onnx", "run/config.json", "--output={0} exists and is not an earlier onnx export (a name ending .onnx)"),
       ("onnx", "run/model.tflite", "--output={0} exists and is not an earlier onnx export"),
       ("saved_model", "run/model.onnx", "--output={0} exists and is not an earlier saved_model export"),
+      ("litert", "run/taken.tflite", "--output={0}: {0}.json, where the export's JSON goes, is a folder"),
   ]
   for fmt, output, said in refused:
     output = str(tmp_path / output) + ("/" if output.endswith("/") else "")
@@ -174,7 +176,7 @@ def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_ref
                       ("saved_model", "run/exported"), ("litert", "elsewhere/m.tflite")):
     assert export.check_output(str(tmp_path / output), fmt, str(run)) == str(tmp_path / output)
   assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "eval", "model.onnx", "model.tflite",
-                                     "saved_model"]
+                                     "saved_model", "taken.tflite.json"]
 
 
 def test_an_export_image_size_out_of_range_is_one_line(capsys):
@@ -187,6 +189,6 @@ def test_an_export_image_size_out_of_range_is_one_line(capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and lines == [
         f"error: --image_size={side} is not a side of 1 to {export.MAX_IMAGE_SIDE} pixels; leave it out "
-        "for the first evaluation image's size (LiteRT) or any size (ONNX)"], (side, lines)
+        "for any size"], (side, lines)
   for good in (None, (1, 1), (export.MAX_IMAGE_SIDE,) * 2):
     export.check_image_size(good)

@@ -122,17 +122,18 @@ OWN = {
 
 # Keys without a bad value above, and why: the data modules check them when they read the data
 # (tests/test_*_data.py), or they are paths and names, checked when the files are opened.
+# trainer: set by the config file alone, refused as a flag (common/app/cli.py).
 CHECKED_ELSEWHERE = {
     "segmentation": {
-        "data.cache_dir", "data.images_dir", "data.masks_dir", "data.train_split", "data.eval_split",
+        "trainer", "data.cache_dir", "data.images_dir", "data.masks_dir", "data.train_split", "data.eval_split",
         "data.voc_root", "data.train_pattern", "data.eval_pattern", "data.train_images",
         "data.train_labels", "data.eval_images", "data.eval_labels",
     },
     "triplet": {
-        "data.train_dir", "data.eval_dir", "data.pairs_file", "data.pairs_dir", "data.cache_dir",
+        "trainer", "data.train_dir", "data.eval_dir", "data.pairs_file", "data.pairs_dir", "data.cache_dir",
     },
     "inception": {
-        "checkpoint_path", "data.train_dir", "data.eval_dir", "data.csv_path", "data.images_dir",
+        "trainer", "checkpoint_path", "data.train_dir", "data.eval_dir", "data.csv_path", "data.images_dir",
         "data.image_extension", "data.train_pattern", "data.eval_pattern", "data.labels_file",
         "data.cache_dir",
     },

@@ -1,31 +1,40 @@
-"""scripts/export.py on runs the test writes (config.json and a checkpoint, no training): each format's
-model, run by its own runtime, gives the SavedModel's outputs on the evaluation images; a failed
-check or a missing extra is one line and leaves no output."""
+"""scripts/export.py on runs the test writes (config.json and a checkpoint, no training; Inception V4's
+trained from random weights, with its saved_model/): each format's model, run by its own runtime,
+gives the SavedModel's outputs on the evaluation images and on other sizes and batches; every reader
+of the Inception run gives its SavedModel's answer; a failed check or a missing extra is one line and
+leaves no output."""
+import json
 import os
-import shutil
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed")
-pytest.importorskip("onnxruntime")
+onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("ai_edge_litert")
 
+from PIL import Image  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from tensorflow.lite.tools import flatbuffer_utils  # pylint: disable=g-import-not-at-top
 
 from common.app import cli  # pylint: disable=g-import-not-at-top
 from common.contract import config as config_lib  # pylint: disable=g-import-not-at-top
 from common.training import checkpoints  # pylint: disable=g-import-not-at-top
+from common.training import evaluation  # pylint: disable=g-import-not-at-top
 import helpers  # pylint: disable=g-import-not-at-top
+from inception_finetune import predict as inception_predict  # pylint: disable=g-import-not-at-top
+from inception_finetune import task as inception_task  # pylint: disable=g-import-not-at-top
 from scripts import export  # pylint: disable=g-import-not-at-top
 from segmentation import data as segmentation_data  # pylint: disable=g-import-not-at-top
 from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
 from triplet import data as triplet_data  # pylint: disable=g-import-not-at-top
 from triplet import model as triplet_model  # pylint: disable=g-import-not-at-top
+from triplet import predict as triplet_predict  # pylint: disable=g-import-not-at-top
 from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
 
-# Inception V4's run copies the session's checkpoint of the same untrained network, seeded 0 as
-# these are (tests/conftest.py's inception_smoke_checkpoint: Inception V4 built once).
+# Inception V4's run is the session's run trained from random weights (tests/conftest.py's
+# inception_random_run), which these tests only read.
 BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(
                    config, segmentation_data.read_settings(config.data)),
                "triplet": lambda config: triplet_task.build_model(config, 0)}
@@ -40,19 +49,18 @@ class Runs(dict):
   """{trainer: workdir} with the smoke preset's config.json and a checkpoint of its untrained model,
   each written when a test first asks for it (Inception V4's only by the slow tests)."""
 
-  def __init__(self, tmp_path_factory, inception_checkpoint):
+  def __init__(self, tmp_path_factory, inception_run):
     super().__init__()
     self.tmp_path_factory = tmp_path_factory
-    self.inception_checkpoint = inception_checkpoint
+    self.inception_run = inception_run
 
   def __missing__(self, trainer):
+    if trainer == "inception_v4":
+      self[trainer] = str(self.inception_run()[0])
+      return self[trainer]
     workdir = str(self.tmp_path_factory.mktemp(trainer))
     config = helpers.make_config(trainer, "smoke")
     config_lib.write_config(config, workdir)
-    if trainer == "inception_v4":
-      shutil.copytree(self.inception_checkpoint(), checkpoints.checkpoint_dir(workdir))
-      self[trainer] = workdir
-      return workdir
     tf.keras.utils.set_random_seed(0)  # the same weights in every session
     tf.train.CheckpointManager(tf.train.Checkpoint(model=BUILD_MODEL[trainer](config)),
                                checkpoints.checkpoint_dir(workdir), max_to_keep=1).save(checkpoint_number=1)
@@ -61,26 +69,132 @@ class Runs(dict):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, inception_smoke_checkpoint):
-  return Runs(tmp_path_factory, inception_smoke_checkpoint)
+def runs(tmp_path_factory, inception_random_run):
+  return Runs(tmp_path_factory, inception_random_run)
+
+
+@pytest.fixture(scope="module")
+def exports(runs, tmp_path_factory):
+  """exports(trainer, fmt) -> (its output path, export.export's result): each export of a run made
+  once, when a test first asks for it, into a folder of its own."""
+  made = {}
+
+  def export_of(trainer, fmt):
+    if (trainer, fmt) not in made:
+      output = str(tmp_path_factory.mktemp(f"{trainer}_{fmt}") / (f"model{export.SUFFIX[fmt]}" if fmt in export.SUFFIX else "saved_model"))
+      made[trainer, fmt] = output, export.export(runs[trainer], fmt, output)
+    return made[trainer, fmt]
+
+  return export_of
 
 
 # Inception V4 at its smoke size (75x75, its smallest): 1.5 min for LiteRT (7.5 GB resident at the
 # peak), 2-2.5 min for ONNX (tf2onnx's graph optimizer: 13.5 GB resident at the peak).
-@pytest.mark.parametrize("trainer, fmt", [
-    *[(trainer, fmt) for trainer in ("segmentation", "triplet") for fmt in ("onnx", "litert")],
-    *[pytest.param("inception_v4", fmt, marks=pytest.mark.slow) for fmt in ("onnx", "litert")]])
-def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, trainer, fmt, tmp_path):
-  output = str(tmp_path / f"model.{fmt}")
-  result = export.export(runs[trainer], fmt, output)
-  assert os.path.isfile(output) and not os.path.exists(output + ".tmp")
+CONVERSIONS = [*[(trainer, fmt) for trainer in ("segmentation", "triplet") for fmt in ("onnx", "litert")],
+               *[pytest.param("inception_v4", fmt, marks=pytest.mark.slow) for fmt in ("onnx", "litert")]]
+
+
+@pytest.mark.parametrize("trainer, fmt", CONVERSIONS)
+def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, exports, trainer, fmt):
+  output, result = exports(trainer, fmt)
+  assert sorted(os.listdir(os.path.dirname(output))) == [os.path.basename(output), os.path.basename(output) + ".json"]
   assert result["max_difference"] and max(result["max_difference"].values()) < 1e-5, result
   assert result["after"] == pytest.approx(result["before"], abs=1e-6), result
   if trainer != "triplet":
     assert result["same_class_ids"] == 1.0
     assert result["metric"] == {"segmentation": "miou", "inception_v4": "top1"}[trainer]
-  # LiteRT's image size is fixed: the first evaluation image's (the synthetic images are 64x64).
-  assert (result["image_size"] is not None) == (fmt == "litert")
+  assert result["image_size"] is None  # any size, in both formats
+  text = export.describe(result, fmt, output, None)
+  assert text.splitlines()[-1] == (f"  wrote {output} ({os.path.getsize(output) / 2**20:.3g} MB), {output}.json "
+                                   f"({os.path.getsize(output + '.json')} bytes) in {result['seconds']:.1f} s")
+  # Held to the run's own answers where it has a saved_model/ (the trained Inception run).
+  own = os.path.join(runs[trainer], "saved_model")
+  assert result["reference"] == (own if os.path.isdir(own) else "a SavedModel of the same weights, made "
+                                 "for the check"), result
+
+
+@pytest.mark.parametrize("trainer, fmt", CONVERSIONS)
+def test_another_image_size_and_a_batch_of_three_give_predicts_outputs(exports, trainer, fmt):
+  """predict --saved_model runs the SavedModel's serving signature on each photo as it is: the export
+  takes the same uint8 images, of a size the evaluation never had (45x71), three at once."""
+  saved_model, _ = exports(trainer, "saved_model")
+  output, _ = exports(trainer, fmt)
+  images = tf.cast(tf.random.stateless_uniform([3, 45, 71, 3], [4, 2], maxval=256, dtype=tf.int32), tf.uint8)
+  expected = export.load("saved_model", saved_model)(images)
+  outputs = export.load(fmt, output)(images)
+  assert set(outputs) == {name for name, value in expected.items() if value.dtype != tf.string}
+  for name, value in outputs.items():
+    want = expected[name].numpy()
+    assert value.shape == want.shape, (name, value.shape, want.shape)
+    if value.dtype.is_floating:
+      assert np.max(np.abs(value.numpy() - want)) <= 1e-4 * max(1.0, np.max(np.abs(want))), name
+    else:
+      assert np.array_equal(value.numpy(), want), name
+
+
+def test_the_triplet_threshold_is_in_every_export_and_predict_takes_it_from_the_json(runs, exports, tmp_path,
+                                                                                   capsys):
+  """The verification threshold and its step: the SavedModel's signature `constants`, the JSON beside
+  the ONNX and LiteRT models, their own metadata; triplet.predict --threshold_from prints it."""
+  carried = export.load("saved_model", exports("triplet", "saved_model")[0]).constants
+  assert sorted(carried) == ["step", "threshold"] and 0 < carried["threshold"] <= 2, carried
+  for fmt in ("onnx", "litert"):
+    output, _ = exports("triplet", fmt)
+    with open(output + ".json", encoding="utf-8") as f:
+      about = json.load(f)
+    assert about == {"trainer": "triplet", "format": fmt, **carried}, about
+    metadata = model_metadata(fmt, output)
+    assert {name: metadata.get(name) for name in about} == {name: str(value) for name, value in about.items()}
+  photos = []
+  for seed in (1, 2):
+    photos.append(str(tmp_path / f"{seed}.png"))
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(photos[-1])
+  capsys.readouterr()
+  triplet_predict.run(photos, helpers.make_config("triplet", "smoke"), workdir=runs["triplet"], compare_two=True,
+                      threshold_from=output + ".json")
+  assert (f"threshold {carried['threshold']:.4f} (from {output}.json, the litert export's: the run's verification "
+          f"pairs at step {carried['step']}): a pair is the same identity below it") in capsys.readouterr().out
+
+
+def model_metadata(fmt, path):
+  """{name: text} of an ONNX model's metadata_props or a LiteRT model's metadata entries."""
+  if fmt == "onnx":
+    return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
+  with open(path, "rb") as f:
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(f.read()))
+  return {entry.name.decode(): bytes(model.buffers[entry.buffer].data).decode(errors="replace")
+          for entry in model.metadata}
+
+
+@pytest.mark.slow  # the session's Inception V4 run from random weights trains first (about a minute)
+def test_every_reader_of_an_inception_run_from_random_weights_gives_its_saved_models_answer(
+    runs, inception_random_run, tmp_path, capsys):
+  """Its checkpoint holds the BatchNorm statistics recalibrated for its weight average when it was
+  written: its saved_model/, predict --workdir, evaluate --workdir and the saved_model export give the
+  same top-1 and probabilities (ONNX and LiteRT: the test above, against the same saved_model/)."""
+  workdir, config = inception_random_run()
+  own = str(workdir / "saved_model")
+  images = tf.random.stateless_uniform([3, 90, 120, 3], [4, 2], maxval=256, dtype=tf.int32).numpy()
+  paths = [str(tmp_path / f"{i}.png") for i in range(len(images))]
+  for path, image in zip(paths, images.astype(np.uint8)):
+    Image.fromarray(image).save(path)  # lossless: the pixels the SavedModel is given below
+  served = export.load("saved_model", own)(images=tf.constant(images, tf.uint8))["probabilities"].numpy()
+  rows = inception_predict.classify(paths, config, workdir=str(workdir), top_k=config.data.num_classes)
+  predicted = np.array([[row[4] for row in sorted((row for row in rows if row[0] == path), key=lambda r: r[2])]
+                        for path in paths])
+  np.testing.assert_allclose(predicted, served, rtol=0, atol=1e-6)
+  assert [row[2] for row in rows if row[1] == 1] == list(np.argmax(served, axis=1))
+  capsys.readouterr()
+  task = inception_task.make_task(config, str(workdir), for_training=False)
+  from_checkpoint = evaluation.evaluate_saved(task, str(workdir)).metrics
+  from_saved_model = evaluation.evaluate_saved(task, str(workdir), own).metrics
+  assert (from_checkpoint["top1"], from_checkpoint["top5"]) == (from_saved_model["top1"], from_saved_model["top5"])
+  # The loss from logits, and from the SavedModel's log-probabilities.
+  assert from_checkpoint["loss"] == pytest.approx(from_saved_model["loss"], rel=1e-5), (from_checkpoint, from_saved_model)
+  result = export.export(str(workdir), "saved_model", str(tmp_path / "exported"))
+  assert result["reference"] == own and result["max_difference"]["probabilities"] < 1e-6, result
+  assert result["same_class_ids"] == 1.0 and result["after"] == result["before"], result
+  assert f"compared with {own}" in export.describe(result, "saved_model", "exported", None)
 
 
 def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
@@ -103,11 +217,10 @@ def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
     assert embeddings.shape == (2, config.model.embedding_size) and not embeddings.any(), (fmt, embeddings)
 
 
-def test_saved_model_format_and_a_saved_model_input(runs, tmp_path):
+def test_saved_model_format_and_a_saved_model_input(runs, exports, tmp_path):
   workdir = runs["segmentation"]
-  saved = str(tmp_path / "saved_model")
-  result = export.export(workdir, "saved_model", saved)
-  assert os.path.isfile(os.path.join(saved, "saved_model.pb"))
+  saved, result = exports("segmentation", "saved_model")
+  assert os.listdir(os.path.dirname(saved)) == ["saved_model"]  # no JSON: the SavedModel carries its own
   assert result["max_difference"]["logits"] == 0 and result["before"] == result["after"]
   converted = export.export(workdir, "onnx", str(tmp_path / "m.onnx"), saved_model=saved)
   assert converted["max_difference"]["logits"] < 1e-5 and converted["after"] == pytest.approx(result["before"])

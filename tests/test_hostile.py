@@ -378,7 +378,7 @@ def test_export_reads_the_run_as_evaluate_does(tmp_path, capsys, caplog, monkeyp
     workdir = run(f"state_{case.replace(' ', '_')}")
     write(workdir / "checkpoints" / "checkpoint")
     caplog.clear()
-    assert export_script.load_run(str(workdir))[0] == "segmentation", case  # the newest, found from the files
+    assert export_script.load_run(str(workdir))[0].NAME == "segmentation", case  # the newest, found from the files
     assert "(TensorFlow's list of checkpoints)" in caplog.text, case
 
   good = run("good")
@@ -401,6 +401,25 @@ def test_export_reads_the_run_as_evaluate_does(tmp_path, capsys, caplog, monkeyp
   line = error_line(capsys, export_script.export, str(good), "saved_model", f"{folder}/exported")
   assert line.startswith(f"error: cannot write {folder}") and line.endswith(
       "it is not writable: make it writable or choose another --output"), line
+
+  # The run's own saved_model/, which the export is checked against, read as a --saved_model is.
+  own = good / "saved_model"
+  assert export_script.reference_of(str(good), None, "segmentation") is None  # none: one made of the weights
+  own.write_text("not a SavedModel")
+  assert "is a file, not a SavedModel" in error_line(capsys, export_script.reference_of, str(good), None, "segmentation")
+  own.unlink()
+  own.mkdir()
+  assert "is a folder without saved_model.pb" in error_line(capsys, export_script.reference_of, str(good), None,
+                                                            "segmentation")
+  own.rmdir()
+  shutil.copytree(saved_model, own)
+  assert export_script.reference_of(str(good), None, "segmentation") == str(own)
+  assert "is the export of the segmentation trainer" in error_line(capsys, export_script.reference_of, str(good),
+                                                                   None, "triplet")
+  for fraction in (0.5, 0):  # cut short, then empty
+    test_run_files.cut(own / "saved_model.pb", fraction)
+    assert f"SavedModel {own} is damaged (" in error_line(capsys, export_script.load, "saved_model", str(own))
+  shutil.rmtree(own)
 
   # A triplet run's metrics.json: the step of the threshold its export carries (-1: none said).
   monkeypatch.setattr(triplet_task, "make_predict_fn", lambda model: model)  # no model: the scores below
@@ -723,11 +742,16 @@ def test_a_config_file_missing_broken_or_of_another_trainer_is_one_line(tmp_path
                      (tmp_path, "error: config file {} does not exist (run from the repository root"),
                      (tmp_path / "broken.py", "error: invalid syntax (broken.py, line 1)"),
                      ("configs/triplet.py:smoke", "error: config file configs/triplet.py is another trainer's config "
-                                                  "(22 of its 31 trainer keys, e.g. data.crop_size, are not this one's); "
+                                                  "(trainer 'triplet', not 'segmentation'); "
                                                   "give configs/segmentation.py or a copy of it")):
     code, lines = guarded(capsys, cli._check_config_args, "configs/segmentation.py",  # pylint: disable=protected-access
                           ["train", f"--config={path}"])
     assert code == 2 and len(lines) == 1 and lines[0].startswith(said.format(path)), lines
+  # The trainer a run is named after is the config file's, never a flag's.
+  code, lines = guarded(capsys, cli._check_config_args, "configs/segmentation.py",  # pylint: disable=protected-access
+                        ["train", "--config.trainer=triplet"])
+  assert code == 2 and lines == [
+      "error: --config.trainer: the config file names its trainer ('segmentation'); leave it out"], lines
   # The trainer's own file, any preset, or a copy of it elsewhere, is its config.
   shutil.copy("configs/inception_v4.py", tmp_path / "mine.py")
   for default, given in (("configs/segmentation.py", "configs/segmentation.py:gtx960m"),
@@ -765,7 +789,7 @@ def test_a_rerun_reads_its_broken_run_files_in_one_line(tmp_path, capsys, caplog
       "empty": (lambda path: path.write_text(""), "config.json is empty; it is rewritten by this run"),
       "a list": (lambda path: path.write_text("[1]"), "config.json holds no keys (a JSON list); it is rewritten by this run"),
       "another trainer's": (lambda path: config_lib.write_config(helpers.make_config("triplet", "smoke"), str(path.parent)),
-                            "config.json is another trainer's config (22 of its 31 trainer keys")}.items():
+                            "config.json is another trainer's config (trainer 'triplet', not 'segmentation')")}.items():
     workdir = tmp_path / case.replace(" ", "_").replace("'", "")
     workdir.mkdir()
     write(workdir / "config.json")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.training import evaluation as evaluation_lib
+from common.training import calibration
 from common.contract.errors import DataError
 from configs import inception_v4 as config_lib
 import helpers
@@ -217,16 +217,17 @@ def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_laye
       "train.batch_size": 8, "finetune.unfreeze_last_blocks": 2,
       "checkpoint_exclude_scopes": "InceptionV4/Logits,InceptionV4/Mixed_7d"})
   config.checkpoint_path = slim_checkpoint_path
-  model = task_lib.build_model(config, 10)  # calibrate trains as phase 2: the head, Mixed_7c, Mixed_7d
+  model = task_lib.build_model(config, 10)
   slim_checkpoint.restore(model, config.checkpoint_path, config.checkpoint_exclude_scopes)
+  slim_checkpoint.set_trainable_scopes(model, task_lib.unfrozen_scopes(config))  # phase 2: the head, Mixed_7c, 7d
   fresh = task_lib.fresh_batch_norm_layers(model, config)
   assert fresh and {layer.name.split(".")[0] for layer in fresh} == {"Mixed_7d"}
   images = tf.random.stateless_normal([32, 75, 75, 3], [1, 2])
   dataset = tf.data.Dataset.from_tensor_slices((images, tf.zeros([32], tf.int32))).batch(8).repeat()
-  before = {v.path: v.numpy() for v in evaluation_lib.batch_norm_statistics(model)}
+  before = {v.path: v.numpy() for v in calibration.batch_norm_statistics(model)}
   task_lib.make_batch_norm_calibration(config, lambda: dataset)(model)
   fresh_paths = {v.path for layer in fresh for v in (layer.moving_mean, layer.moving_variance)}
-  for variable in evaluation_lib.batch_norm_statistics(model):
+  for variable in calibration.batch_norm_statistics(model):
     if variable.path not in fresh_paths:  # restored Mixed_7c (trainable) and the frozen base
       np.testing.assert_array_equal(variable.numpy(), before[variable.path], err_msg=variable.path)
   assert all(layer.momentum == config.model.batch_norm_decay for layer in fresh)

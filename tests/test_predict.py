@@ -473,6 +473,37 @@ def test_thresholds_and_embedding_files_that_would_mislead_are_refused(tmp_path,
   assert not (tmp_path / "x.bin.npy").exists() and not (tmp_path / "x.bin").exists()
 
 
+def test_a_threshold_from_json_that_does_not_serve_is_one_line_before_the_model_loads(tmp_path, capsys):
+  """--threshold_from names the JSON scripts/export.py writes beside an ONNX or LiteRT export: one
+  that is missing, empty, cut short, not UTF-8, a list, a folder, another trainer's or whose threshold
+  is no distance is one line naming it, before any model loads (the --saved_model here is none)."""
+  photo = str(write_photos(tmp_path)[0])
+  config = helpers.make_config("triplet", "smoke")
+  described = tmp_path / "model.onnx.json"
+  fix = "give the .json that scripts/export.py wrote beside a triplet ONNX or LiteRT export"
+  for case, (write, said) in {
+      "missing": (lambda: None, "cannot be read (No such file or directory)"),
+      "empty": (lambda: described.write_text(""), "is empty"),
+      "cut short": (lambda: described.write_text('{"trainer": "triplet", "thre'), "is not valid JSON"),
+      "not UTF-8": (lambda: described.write_bytes(b'{"trainer": "\xff"}'), "cannot be read ("),
+      "wrong type": (lambda: described.write_text("[0.5]"), "holds no keys (a JSON list)"),
+      "a folder": (described.mkdir, "cannot be read (Is a directory)"),
+      "another trainer's": (lambda: described.write_text('{"trainer": "segmentation", "format": "onnx"}'),
+                            'describes an export of "segmentation", not of triplet'),
+      "out of range": (lambda: described.write_text('{"trainer": "triplet", "threshold": 3, "step": 5}'),
+                       "threshold is 3, not a distance in (0, 2]; export the run again, or pass --threshold"),
+  }.items():
+    write()
+    line = error_line(capsys, triplet_predict.run, [photo, photo], config, saved_model=str(tmp_path / "none"),
+                      compare_two=True, threshold_from=str(described))
+    assert line.startswith(f"error: {described}") and said in line, (case, line)
+    assert case in ("another trainer's", "out of range") or line.endswith(fix), (case, line)
+    shutil.rmtree(described) if described.is_dir() else described.unlink(missing_ok=True)
+  line = error_line(capsys, triplet_predict.run, [photo, photo], config, saved_model=str(tmp_path / "none"),
+                    compare_two=True, threshold=0.5, threshold_from=str(described))
+  assert line == "error: give --threshold or --threshold_from, not both", line
+
+
 def test_inception_class_names_short_or_not_utf8_are_one_line(tmp_path, capsys):
   """assets/class_names.txt of an export read back: a name per class of the model, UTF-8, or one line."""
   module = tf.Module()

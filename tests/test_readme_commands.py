@@ -75,10 +75,18 @@ TEMPLATE_COPY = "tests/test_layout.py (in a copy of common/, the trainer and its
 # The real-data recipes: each result is asserted once, by the test that runs the command line.
 REAL_DATA = ("a real-data recipe of {} that {} runs as this line reads (the README's real_data/ is "
              "the session's sets of scripts/make_real_sets.py) and whose figures it asserts")
+# The template route's lines, which need a copy of the repository to write into and an install.
+NEW_TRAINER = Skip(ELSEWHERE.format(
+    "tests/test_new_trainer.py (in a fresh copy of the repository and a virtual environment, the "
+    "route's lines in order)", "that every file it writes names the trainer roads"))
 TWO_STEPS = ("--config.train.num_steps=2",)
 ONE_INCEPTION_STEP = ("--config.train.num_steps=1", "--config.finetune.head_steps=1")
 ONE_BENCHMARK_STEP = ("--steps", "1", "--windows", "1")
 ADAPTATIONS = {
+    "python3 -m venv": Skip("makes the virtual environment the next lines install into: .ci/run "
+                            "makes its own with the same command before it installs"),
+    ". .venv/bin/activate": Skip("activates that environment in the user's shell; CI's commands run "
+                                 "with its own environment's interpreter"),
     "pip install": Skip("installs packages: CI installs the requirements itself before the tests"),
     "python -m pytest": Skip("CI's own command: the test suite this test is part of"),
     "scripts/peers/setup_peer_venv.sh": Skip("downloads about 6 GB of PyTorch wheels into a venv"),
@@ -162,6 +170,10 @@ ADAPTATIONS = {
         "the README leaves the paths to the user (`...`): a small VOC folder the test writes",
         replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
                  ("--output_prefix=...", "--output_prefix=tfrecords/train"))),
+    "python scripts/new_trainer.py": NEW_TRAINER,
+    "python -m roads.train": NEW_TRAINER,
+    "python scripts/export.py --workdir=runs/roads": NEW_TRAINER,
+    "python -m roads.predict": NEW_TRAINER,
     "tensorboard --logdir runs": Skip(ELSEWHERE.format(
         "tests/test_tensorboard_contents.py", "the HParams it serves for a folder of runs")),
     "tensorboard --logdir runs/segmentation": Skip(ELSEWHERE.format(

@@ -19,10 +19,10 @@ from helpers import REPO_ROOT
 # (command, SIGTERM moments). The handling is common/'s: segmentation is swept more finely, triplet
 # (its extra moment: the initial evaluation) more coarsely. Each moment costs a run and its rerun.
 COMMANDS = {
-    "segmentation": (["-m", "segmentation.train", "--config=configs/segmentation.py:smoke"], 8),
-    "triplet": (["-m", "triplet.train", "--config=configs/triplet.py:smoke"], 5),
+    "segmentation": (["-m", "segmentation.train", "--config=configs/segmentation.py:smoke"], 5),
+    "triplet": (["-m", "triplet.train", "--config=configs/triplet.py:smoke"], 4),
 }
-SIGINT_AT = (0.3, 0.7)  # fractions of the run
+SIGINT_AT = (0.4,)  # fractions of the run (Ctrl-C takes the same path as SIGTERM: one moment)
 
 
 def run(argv, workdir, signum=None, delay=None):

@@ -9,7 +9,8 @@ One mode a command: --embed_to writes the L2-normalized embeddings [N, D] (float
 photo, in order; a folder stands for its photos, sorted) and beside it a TSV of row and file;
 --compare prints the distance of two photos and whether they are the same identity: closer than
 the verification threshold the run chose on its verification pairs (metrics.json's eval with
---workdir, carried by the SavedModel with --saved_model; --threshold to give one), which is
+--workdir, carried by the SavedModel with --saved_model; --threshold to give one, or
+--threshold_from=model.onnx.json for the one an ONNX or LiteRT export carries), which is
 printed with where it came from (without one the verdict is "?"); --gallery prints, per query
 photo, the --top_k nearest gallery photos with their distances and verdicts (--output=FILE writes
 that table as CSV too).
@@ -110,6 +111,24 @@ def metrics_threshold(workdir, weights_step):
       f"from {path}, the run's verification pairs at step {step}"
 
 
+def export_threshold(path):
+  """(threshold, its source) of the JSON scripts/export.py writes beside an ONNX or LiteRT export,
+  (None, why) when it carries none; one line when it does not read, is another trainer's, or its
+  threshold is no distance."""
+  fix = "give the .json that scripts/export.py wrote beside a triplet ONNX or LiteRT export"
+  about = config_lib.read_json_object(path, fix)
+  if about.get("trainer") != task_lib.NAME:
+    raise DataError(f"{path} describes an export of {json.dumps(about.get('trainer'))}, not of "
+                    f"{task_lib.NAME}; {fix}")
+  if "threshold" not in about:
+    return None, f"{path} carries none (an export without verification pairs)"
+  if threshold_problem(about["threshold"]):
+    raise DataError(f"{path}: threshold {threshold_problem(about['threshold'])}; export the run again, "
+                    "or pass --threshold")
+  return float(about["threshold"]), (f"from {path}, the {about.get('format')} export's: the run's "
+                                     f"verification pairs at step {about.get('step')}")
+
+
 def threshold_problem(value):
   """What makes `value` no verification threshold, or None: the distance of two L2-normalized
   embeddings is in [0, 2], so a threshold is a number in (0, 2] (at or below 0 no photo would be
@@ -182,7 +201,7 @@ def search(embedder, photos, num_gallery, top_k, output):
 
 
 def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compare_two=False,
-        gallery=None, top_k=5, output=None, threshold=None, max_pixels=None):
+        gallery=None, top_k=5, output=None, threshold=None, threshold_from=None, max_pixels=None):
   """The command: one of embed_path, compare_two, gallery; returns what the mode gives. Photos over
   max_pixels (default photos.MAX_PIXELS) are refused."""
   modes = [name for name, given in (("--embed_to", embed_path), ("--compare", compare_two),
@@ -197,6 +216,9 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
   if threshold is not None and threshold_problem(threshold):
     raise ConfigError(f"--threshold={threshold:g} {threshold_problem(threshold)}")
+  if threshold is not None and threshold_from:
+    raise ConfigError("give --threshold or --threshold_from, not both")
+  exported = export_threshold(threshold_from) if threshold_from else None
   if embed_path and not embed_path.endswith(".npy"):  # numpy.save would add .npy to any other name
     raise ConfigError(f"--embed_to={embed_path}: name a .npy file (numpy writes {embed_path}.npy "
                       "for this name)")
@@ -207,6 +229,8 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
     if threshold is not None:
       embedder.threshold, embedder.source = threshold, "from --threshold"
+    if exported:
+      embedder.threshold, embedder.source = exported
     if not embed_path:
       shown = f"{embedder.threshold:.4f}" if embedder.threshold is not None else "none"
       print(f"threshold {shown} ({embedder.source}): a pair is the same identity below it")
@@ -224,7 +248,7 @@ def main(argv):
   run(argv[1:], cli.run_config(_CONFIG, workdir, _SAVED_MODEL.value), workdir=workdir,
       saved_model=_SAVED_MODEL.value, embed_path=_EMBED_TO.value, compare_two=_COMPARE.value,
       gallery=_GALLERY.value, top_k=_TOP_K.value, output=_OUTPUT.value, threshold=_THRESHOLD.value,
-      max_pixels=_MAX_PIXELS.value)
+      threshold_from=_THRESHOLD_FROM.value, max_pixels=_MAX_PIXELS.value)
 
 
 if __name__ == "__main__":
@@ -238,4 +262,7 @@ if __name__ == "__main__":
   _OUTPUT = flags.DEFINE_string("output", None, "With --gallery: also write the table as CSV here.")
   _THRESHOLD = flags.DEFINE_float("threshold", None, "The distance below which a pair is the same "
                                   "identity; default the run's (metrics.json, or the SavedModel's).")
+  _THRESHOLD_FROM = flags.DEFINE_string("threshold_from", None, "The JSON scripts/export.py wrote "
+                                        "beside an ONNX or LiteRT export (model.onnx.json): use the "
+                                        "threshold that export carries.")
   cli.run(main)

@@ -29,6 +29,8 @@ from triplet import model as model_lib
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "triplet"
+# Its config file's module, onto whose get_config() scripts/export.py reads a run's config.json.
+CONFIG_MODULE = "configs.triplet"
 
 SOFTMAX = "softmax"
 LOSS_NAMES = tuple(losses.LOSSES) + (SOFTMAX,)
@@ -127,9 +129,6 @@ def softmax_loss_fn(model, batch, training):
                  "embedding_norm": embedding_norm(outputs)}
 
 
-TRIPLET_SIDE = 128  # each crop of a triplet image is enlarged (nearest neighbour) to at least this
-
-
 def triplet_images(model, batch, count):
   """The training batch's hardest triplets as images: per identity, its first image (the anchor), its
   farthest image of the same identity and its nearest image of another side by side, the
@@ -147,9 +146,9 @@ def triplet_images(model, batch, count):
   for k in sorted(first)[:count]:
     row = np.concatenate([shown[anchors[k]], gap, shown[positives[k]], gap, shown[negatives[k]]], axis=1)
     wrong = negative_distances[k] < positive_distances[k]
-    drawn.append(plots.captioned(plots.upscaled(row, 3 * TRIPLET_SIDE), [
+    drawn.append(plots.captioned(row, [
         ("anchor | farthest same identity | nearest other", "black"),
-        (f"distance to same {positive_distances[k]:.3f}, to other {negative_distances[k]:.3f}"
+        (f"distance: same {positive_distances[k]:.3f}, other {negative_distances[k]:.3f}"
          + (": other nearer" if wrong else ""), "red" if wrong else "darkgreen")]))
   return {"hardest_triplets": np.stack(drawn)} if drawn else {}
 

@@ -144,10 +144,12 @@ def _check_config_args(default_config, argv):
     # The trainer's own config file, found beside this package when run from another folder.
     own = default_config if os.path.isfile(default_config) else os.path.join(
         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), default_config)
-    other = config_args and config_lib.another_trainers(config, _load_config(own, argv[:1]))
-    if other:
-      raise ConfigError(f"config file {path} is another trainer's config ({other}); give {default_config} "
-                        "or a copy of it")
+    trainer = _load_config(own, argv[:1]).trainer
+    if config.trainer != trainer:
+      raise ConfigError(f"config file {path} is another trainer's config (trainer {config.trainer!r}, not "
+                        f"{trainer!r}); give {default_config} or a copy of it")
+    if "trainer" in keys:  # the run would be named another trainer's while this one's code wrote it
+      raise ConfigError(f"--config.trainer: the config file names its trainer ({trainer!r}); leave it out")
     config_lib.check_keys_exist(config, keys)
   except Exception as e:  # config_flags wraps errors raised inside the config file.
     fail(str(_user_error_in(e) or e))

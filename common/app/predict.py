@@ -11,7 +11,6 @@ from absl import flags
 from absl import logging
 
 from common.app import cli
-from common.contract.errors import CheckpointError
 from common.contract.errors import DataError
 from common.data import photos
 from common.runtime import signals
@@ -33,14 +32,9 @@ def define_flags(trainer, default_config, default_workdir, max_pixels_default=No
 
 
 def restore_weights(model, workdir):
-  """Restores a run's best weights (best/, with train.best_metric), else its newest checkpoint, as
-  evaluate does (a checkpoint rotated away while read is retried); returns the checkpoint's path."""
-  directory = checkpoints.best_dir(workdir)
-  if not checkpoints.newest(directory):
-    directory = checkpoints.checkpoint_dir(workdir)
-    if not checkpoints.newest(directory):
-      raise CheckpointError(f"no checkpoint in {directory}; train into --workdir first, or pass --saved_model")
-  path = checkpoints.restore_weights(model, directory)
+  """Restores the weights a run serves (checkpoints.restore_served: best/, else its newest
+  checkpoint); returns the checkpoint's path."""
+  path = checkpoints.restore_served(model, workdir)
   logging.info("predicting with %s", path)
   return path
 

@@ -1,6 +1,6 @@
 """Configs: the shared defaults, presets, validation, and the resolved copy in the workdir.
 
-Every trainer's config file (configs/<trainer>.py) starts from `base_config()`,
+Every trainer's config file (configs/<trainer>.py) starts from `base_config(<its package>)`,
 adds its own `data` and `model` sections and applies presets with
 `apply_preset`. The CLIs load them through ml_collections' config_flags; the
 unknown-key check here runs before that so a typo is one clear line.
@@ -25,9 +25,13 @@ MIN_LEARNING_RATE = 1e-8
 MAX_LEARNING_RATE = 1.0
 
 
-def base_config():
-  """Fields every trainer shares, with their defaults."""
+def base_config(trainer=""):
+  """Fields every trainer shares, with their defaults; `trainer` is the package whose code runs the
+  config (python -m <trainer>.train)."""
   config = ml_collections.ConfigDict()
+  # The run's config.json names its trainer by it, so that what reads the run (evaluate, predict,
+  # scripts/export.py) runs that trainer's code, never a look-alike's; set by the config file alone.
+  config.trainer = trainer
   config.seed = 0
   # Op determinism: two runs, or a run and its resumed twin, give the same weights.
   config.deterministic = False
@@ -355,26 +359,15 @@ def read_json_object(path, fix):
 
 def read_saved_config(path, config, fix):
   """The dict of a run's config.json for `config`'s trainer; an empty, cut short or unparsable file,
-  or another trainer's config, is a DataError naming it and ending with `fix` (what to do)."""
+  or a run of another trainer (its `trainer` key), is a DataError naming it and ending with `fix`."""
   saved = read_json_object(path, fix)
-  other = another_trainers(saved, config)
-  if other:
-    raise DataError(f"{path} is another trainer's config ({other}); give the --workdir of a run of this "
-                    "trainer, or pass --config=<file>")
+  if saved.get("trainer") != config.trainer:
+    unnamed = "" if "trainer" in saved else (  # a run from before runs named their trainer
+        f', or add "trainer": "{config.trainer}" to it if it is a run of this trainer')
+    raise DataError(f"{path} is another trainer's config (trainer {saved.get('trainer')!r}, not "
+                    f"{config.trainer!r}); give the --workdir of a run of this trainer, or pass "
+                    f"--config=<file>{unnamed}")
   return saved
-
-
-def another_trainers(found, config):
-  """How `found` (a config or its dict) is another trainer's config than `config`'s ("N of its M
-  trainer keys, e.g. K, are not this one's"), or None. The keys every trainer shares say nothing of
-  whose config it is; a trainer's own sections do. A newer or older version of the same trainer
-  differs in a few keys, another trainer in most."""
-  shared, known = set(flatten_keys(base_config())), set(flatten_keys(config))
-  own = [key for key in flatten_keys(found) if key not in shared]
-  foreign = [key for key in own if key not in known]
-  if len(foreign) * 2 <= len(own):
-    return None
-  return f"{len(foreign)} of its {len(own)} trainer keys, e.g. {foreign[0]}, are not this one's"
 
 
 def resolved(config):

@@ -72,9 +72,10 @@ class Task:
       resumed run whose fingerprint differs is refused unless train.reset_input_pipeline.
     data_report: what the data checks found, {name: JSON value} (files skipped with
       data.skip_bad_files, say); the loop puts it into metrics.json under "data".
-    calibrate: optional calibrate(model), run on a model before each evaluation of its weights
-      (during training and of a checkpoint; not of a SavedModel, which holds the result):
-      Inception V4 recomputes the BatchNorm statistics of layers trained from random weights.
+    calibrate: optional calibrate(model), run by the training loop on the weights it serves when it
+      writes a checkpoint, which keeps the result for every reader (common/training/calibration.py):
+      Inception V4 recomputes the BatchNorm statistics of layers trained from random weights. None
+      for an evaluation.
     run_files: {file name: text} the loop writes into the workdir with config.json, once the run
       holds the lock and its checkpoint is checked (Inception's labels.txt and class_balance.csv).
     headline_metrics: the evaluation metrics that runs are compared by, most telling first (those

@@ -4,7 +4,7 @@ The compiled step updates the average after each finite step, on the device (eve
 worker alike: the first replica's value is everyone's); the run's checkpoints hold it beside the
 weights. The average is what the run evaluates (the raw weights' figures beside it, as raw/...),
 keeps as its best, ends with and exports; the commands that read a checkpoint load it
-(load_average). BatchNorm's moving statistics are averaged with the weights, as timm's ModelEmaV2
+(checkpoints.restore_weights). BatchNorm's moving statistics are averaged with the weights, as timm's ModelEmaV2
 averages every buffer: the statistics then belong to the averaged weights they normalize.
 """
 import contextlib
@@ -12,7 +12,7 @@ import contextlib
 import tensorflow as tf
 
 # Where a checkpoint holds the average of the model's i-th floating-point weight.
-_KEY = "weight_average/values/{}/.ATTRIBUTES/VARIABLE_VALUE"
+KEY = "weight_average/values/{}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def averaged_weights(model):
@@ -59,15 +59,3 @@ class WeightAverage(tf.Module):
     finally:
       for weight, value in zip(self._weights, kept):
         weight.assign(value)
-
-
-def load_average(model, path):
-  """Loads the average that checkpoint `path` holds into the model (after its weights were
-  restored); False for a checkpoint without one (a run without train.ema_decay, or best/, whose
-  weights are the average already)."""
-  reader = tf.train.load_checkpoint(path)
-  if not reader.has_tensor(_KEY.format(0)):
-    return False
-  for i, weight in enumerate(averaged_weights(model)):
-    weight.assign(reader.get_tensor(_KEY.format(i)))
-  return True

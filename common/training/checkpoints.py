@@ -20,6 +20,7 @@ from common.contract.errors import first_line
 from common.contract.errors import WorkdirError
 from common.runtime import workdir as workdir_lib
 from common.training import averaging
+from common.training import calibration
 
 
 def checkpoint_dir(workdir):
@@ -204,17 +205,37 @@ def restore_newest(checkpoint, directory):
 
 
 def restore_weights(model, directory):
-  """Loads the model's weights from the newest checkpoint in directory, its weight average in their
-  place where it holds one (train.ema_decay: what the run evaluated and exported); returns its path."""
+  """Loads the model's weights from the newest checkpoint in directory, with what the run served in
+  their place where the checkpoint holds it: the weight average (train.ema_decay: what the run
+  evaluated and exported), then the BatchNorm statistics recalibrated for them (calibration.py);
+  returns its path."""
   path = restore_newest(tf.train.Checkpoint(model=model), directory)
-  if averaging.load_average(model, path):
-    logging.info("%s: the weight average (train.ema_decay) loaded in place of the weights", path)
+  with _reading(path):
+    reader = tf.train.load_checkpoint(path)
+  for what, weights, key in (
+      ("the weight average (train.ema_decay)", averaging.averaged_weights(model), averaging.KEY),
+      ("the recalibrated BatchNorm statistics", calibration.batch_norm_statistics(model), calibration.KEY)):
+    if reader.has_tensor(key.format(0)):
+      for i, weight in enumerate(weights):
+        weight.assign(reader.get_tensor(key.format(i)))
+      logging.info("%s: %s loaded in place of the model's", path, what)
   return path
 
 
 def restore_model(model, workdir):
   """restore_weights of the newest checkpoint in workdir (for evaluation)."""
   return restore_weights(model, checkpoint_dir(workdir))
+
+
+def restore_served(model, workdir):
+  """restore_weights of what a run serves, as its SavedModel holds it: its best weights (best/, with
+  train.best_metric), else its newest checkpoint; returns the checkpoint's path (predict, export)."""
+  directory = best_dir(workdir)
+  if not newest(directory):
+    directory = checkpoint_dir(workdir)
+    if not newest(directory):
+      raise CheckpointError(f"no checkpoint in {directory}; train into --workdir first, or pass --saved_model")
+  return restore_weights(model, directory)
 
 
 def load_saved_model(path, outputs=(), trainer=None):

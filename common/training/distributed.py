@@ -25,7 +25,7 @@ from common.contract.errors import ConfigError
 from common.runtime import hardware
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
-from common.training import evaluation
+from common.training import calibration
 
 
 class Cluster:
@@ -115,7 +115,7 @@ class Cluster:
     exports the same model. Each replica updates them from its own part of the batch (unless
     model.sync_batch_norm), and a moving average is linear: the mean of the replicas' moving means
     is the moving average of the global batches' means (the variance: of the replicas' variances)."""
-    variables = evaluation.batch_norm_statistics(model)
+    variables = calibration.batch_norm_statistics(model)
     if self.strategy.num_replicas_in_sync == 1 or not variables:
       return lambda: None
 

@@ -1,6 +1,6 @@
 """Scoring a model: its current weights during training, the newest checkpoint of a run, or a
 SavedModel, through the trainer's Task.evaluate; what a trainer's evaluation uses of the engine
-(EvalSampler, batch_norm_statistics)."""
+(EvalSampler)."""
 import os
 
 from absl import logging
@@ -21,8 +21,6 @@ def make_evaluate_fn(task, model):
   extra = task.make_extra_eval_fn(model) if task.make_extra_eval_fn else None
 
   def evaluate_fn():
-    if task.calibrate:
-      task.calibrate(model)
     evaluation = task.evaluate(predict, False)
     if extra:
       evaluation.metrics.update(extra())
@@ -38,8 +36,6 @@ def load_predict_fn(task, workdir, saved_model=None):
                                        .signatures["serving_default"])
   model = task.build_model()
   logging.info("evaluating %s", checkpoints.restore_model(model, workdir))
-  if task.calibrate:
-    task.calibrate(model)
   return task.make_predict_fn(model)
 
 
@@ -55,12 +51,6 @@ def evaluate_saved(task, workdir, saved_model=None, report_dir=None):
     with workdir_lib.writing(report_dir, flag="--report_dir"):  # a disk that fills up on the way
       evaluation.write(report_dir)
   return evaluation
-
-
-def batch_norm_statistics(model):
-  """The BatchNorm moving statistics, which a training forward pass assigns."""
-  return [v for v in model.non_trainable_variables
-          if v.path.endswith(("moving_mean", "moving_variance"))]
 
 
 class EvalSampler:

@@ -21,6 +21,11 @@ from PIL import ImageFont  # noqa: E402
 # TensorBoard shows an image at the width of its card (335 px at least, a few to a screen) unless
 # asked for its actual size: its images are drawn this wide, so their text reads as drawn.
 TENSORBOARD_WIDTH = 480
+# TensorBoard (2.21) shows every image 350 px wide in its Images tab, and fits it into about
+# 366 x 213 px in Time Series: an example drawn within this box, its text CAPTION_PX high, is shown
+# at least at its own size in both: its letters and digits about 12 px high.
+TENSORBOARD_BOX = (350, 213)
+CAPTION_PX = 16
 _DPI = 100  # the reports' PNGs
 _MIN_FONT = 7  # points (about 10 px at _DPI): smaller text is left out, not written unreadable
 _FONT = 9  # the largest text in a cell or on a tick
@@ -163,15 +168,30 @@ def roc_figure(curves, far_mark=None, title="ROC: verification pairs"):
 
 
 def captioned(image, lines):
-  """uint8 [H, W, 3] on white, with lines of (text, colour) below it (wider than the image if they are)."""
-  font = ImageFont.load_default(size=11)
-  width = max([image.shape[1]] + [int(font.getlength(text)) + 4 for text, _ in lines])
-  canvas = Image.new("RGB", (width, image.shape[0] + 14 * len(lines) + 4), "white")
+  """uint8 [H, W, 3] fitted into TENSORBOARD_BOX (fitted) above lines of (text, colour) CAPTION_PX
+  high, on white as wide as the box (or a longer line): the Images tab shows it at its own size, and
+  images of one summary have one width."""
+  font = ImageFont.load_default(size=CAPTION_PX)
+  line = CAPTION_PX + 4
+  box_width, box_height = TENSORBOARD_BOX
+  image = fitted(image, box_width, box_height - line * len(lines) - 4)
+  width = max([box_width] + [int(font.getlength(text)) + 4 for text, _ in lines])
+  canvas = Image.new("RGB", (width, image.shape[0] + line * len(lines) + 4), "white")
   canvas.paste(Image.fromarray(image), (0, 0))
   draw = ImageDraw.Draw(canvas)
   for i, (text, colour) in enumerate(lines):
-    draw.text((2, image.shape[0] + 2 + 14 * i), text, fill=colour, font=font)
+    draw.text((2, image.shape[0] + 2 + line * i), text, fill=colour, font=font)
   return np.asarray(canvas)
+
+
+def fitted(image, width, height):
+  """[H, W, ...] -> the largest that fits width x height, enlarged or shrunk by nearest neighbour
+  (class ids stay ids)."""
+  image = np.asarray(image)
+  factor = min(width / image.shape[1], height / image.shape[0])
+  rows = (np.arange(max(1, int(image.shape[0] * factor))) / factor).astype(int)
+  columns = (np.arange(max(1, int(image.shape[1] * factor))) / factor).astype(int)
+  return image[rows][:, columns]
 
 
 def to_uint8(images):

@@ -32,11 +32,12 @@ def build_optimizers(model, phases, strategy):
 class RunCheckpoint:
   """What a checkpoint of the run holds, written into the cluster's `out` and read from the workdir's
   `directory`:
-  the model, each phase's optimizer, the weight average (if kept), the step, the count of non-finite
-  steps, the input fingerprint, and the input iterator's position (in the checkpoint alone; beside it, per worker, on several).
+  the model, each phase's optimizer, the weight average (if kept), the recalibrated BatchNorm
+  statistics (`calibrated`, if the task calibrates), the step, the count of non-finite steps, the
+  input fingerprint, and the input iterator's position (in the checkpoint alone; beside it, per worker, on several).
   """
 
-  def __init__(self, cluster, model, phases, dataset, input_fingerprint, keep, average=None):
+  def __init__(self, cluster, model, phases, dataset, input_fingerprint, keep, average=None, calibrated=None):
     self._cluster = cluster
     self.directory = checkpoints_lib.checkpoint_dir(cluster.workdir)
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -52,11 +53,15 @@ class RunCheckpoint:
                            input_fingerprint=self._saved_fingerprint,
                            **{f"optimizer_{p.checkpoint_name or p.name}": p.optimizer for p in phases},
                            **({"weight_average": average} if average else {}))
+    self.calibrated = calibrated  # calibration.CalibratedStatistics, or None
     self._statistics_mean = cluster.make_statistics_mean(model)
     self._positions = distributed.InputPositions(self.iterator, self.directory, cluster, keep)
     self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)
+    # Restored on their own (calibrated.restore): a checkpoint written before they were kept resumes.
+    self._saved = (tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables,
+                                       calibrated_statistics=calibrated) if calibrated else self._checkpoint)
     self._manager = tf.train.CheckpointManager(
-        self._checkpoint, checkpoints_lib.checkpoint_dir(cluster.out),
+        self._saved, checkpoints_lib.checkpoint_dir(cluster.out),
         max_to_keep=cluster.checkpoints_kept(keep))
     self._saved_step = None
 
@@ -87,6 +92,8 @@ class RunCheckpoint:
       checkpoints_lib.restore(self._checkpoint, latest, partial=False)
       self._positions.restore(int(self.step), checkpoints_lib.restore)
       logging.info("resuming from %s at step %d", latest, int(self.step))
+    if self.calibrated:
+      self.calibrated.restore(latest)
     self._saved_step = int(self.step)
 
   def save(self):
@@ -96,6 +103,8 @@ class RunCheckpoint:
     if self._saved_step == step:
       return self.latest()
     self._statistics_mean()  # every evaluation and the export follow a save
+    if self.calibrated:
+      self.calibrated.update()
     self._positions.save(step)
     try:
       path = self._manager.save(checkpoint_number=step)

@@ -25,6 +25,7 @@ from PIL import Image
 import tensorflow as tf
 from tensorboard.plugins import projector
 from tensorboard.plugins.hparams import api as hp
+from tensorboard.plugins.hparams import plugin_data_pb2 as hparams_plugin_data
 
 from common.training import diagnostics
 from common.training.actions import Action
@@ -85,13 +86,22 @@ class SummaryBudget:
     text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)
     self.write_text(step, "config", "\n".join("    " + line for line in text.splitlines()))
 
-  def write_hparams(self, hparams, metric_names, group, trial_id):
+  def write_hparams(self, hparams, metric_names, group, trial_id, shown_first):
     """{name: value} as the HParams plugin's hyperparameters (in that order), metric_names (in that
     order), the scalars of the run directory `group` (its last values are the run's final metrics),
-    as its metrics, and trial_id as the run's name there. Write into the run's root directory."""
+    as its metrics, and trial_id as the run's name there. Write into the run's root directory.
+
+    The plugin shows five hyperparameter columns by default: those marked `differs` first, each
+    lot by name. The hyperparameters named in shown_first are marked so."""
+    config = hp.hparams_config_pb(hparams=[hp.HParam(name) for name in hparams],
+                                  metrics=[hp.Metric(name, group=group) for name in metric_names])
+    (value,) = config.value
+    content = hparams_plugin_data.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+    for info in content.experiment.hparam_infos:
+      info.differs = info.name in shown_first
+    value.metadata.plugin_data.content = content.SerializeToString()
     with self._writer.as_default(step=0):
-      hp.hparams_config(hparams=[hp.HParam(name) for name in hparams],
-                        metrics=[hp.Metric(name, group=group) for name in metric_names])
+      tf.summary.experimental.write_raw_pb(config.SerializeToString(), step=0)
       hp.hparams(hparams, trial_id=trial_id)
 
   def write_histograms(self, step, tensors):
@@ -181,6 +191,7 @@ class RunSummaries:
     self._image_summaries_fn = image_summaries_fn
     self.train = SummaryBudget(os.path.join(out, "train"), cfg)
     self._eval = SummaryBudget(os.path.join(out, "eval"), cfg)
+    self._chance = {}  # {run: SummaryBudget} of the chance levels (chance_runs), under eval/
     self._run = SummaryBudget(out, cfg)
     self._probe = None
     self._activation_statistics = None
@@ -192,14 +203,19 @@ class RunSummaries:
       self._run.write_config(step, config)
       self._run.flush()
 
-  def write_hparams(self, config, metric_names, headline, command_line, trial_id):
+  def write_hparams(self, config, metric_names, headline, command_line, workdir):
     """The HParams that tell runs apart (hparams_of: the preset, HPARAM_KEYS and the keys set on
-    the command line) and the scalars of eval/, metric_names, as the run's final metrics, the
-    headline ones first; the run is named trial_id (its workdir)."""
+    the command line; SHOWN_FIRST and those keys first in the columns shown by default) and the scalars
+    of eval/, metric_names but the chance levels, as the run's final metrics, the headline ones
+    first. The run is named by its workdir's folder (the table's first column shows about 15
+    characters; the preset is a column): runs of one folder name would be one trial there."""
     if self._chief:
-      first = [name for name in headline if name in metric_names]
-      self._run.write_hparams(hparams_of(config, command_line), first + sorted(set(metric_names) - set(first)),
-                              group="eval", trial_id=trial_id)
+      chance = chance_runs(metric_names)
+      names = [name for name in metric_names if name not in chance]
+      first = [name for name in headline if name in names]
+      self._run.write_hparams(hparams_of(config, command_line), first + sorted(set(names) - set(first)),
+                              group="eval", trial_id=os.path.basename(os.path.abspath(workdir)),
+                              shown_first=SHOWN_FIRST + tuple(command_line["keys"] if command_line else ()))
 
   def write_train_scalars(self, step, metrics, learning_rate, nonfinite_steps):
     """A step's metrics (but "finite"), the learning rate and the counts the run keeps."""
@@ -256,25 +272,32 @@ class RunSummaries:
     return self._activation_statistics
 
   def write_eval(self, step, figures, evaluation):
-    """An evaluation's metrics (`figures`), and on the chief its images and embeddings."""
-    self._eval.write_scalars(step, figures)
+    """An evaluation's metrics (`figures`), each chance level in its run (chance_runs), and on the
+    chief its images and embeddings."""
+    chance = chance_runs(figures)
+    self._eval.write_scalars(step, {name: value for name, value in figures.items() if name not in chance})
+    for name, (run, metric) in chance.items():
+      if run not in self._chance:
+        self._chance[run] = SummaryBudget(os.path.join(self._eval.logdir, run), self._cfg)
+      self._chance[run].write_scalars(step, {metric: figures[name]})
     if self._chief:
       if evaluation.summary_images:
         self._eval.write_images(step, evaluation.summary_images())
       if evaluation.embeddings:
         self._eval.write_embeddings(step, *evaluation.embeddings())
-    self._eval.flush()
+    for budget in (self._eval, *self._chance.values()):
+      budget.flush()
 
   def bytes_written(self):
-    """The size of train/'s and eval/'s event files."""
-    return self.train.bytes_written() + self._eval.bytes_written()
+    """The size of the event files of train/ and eval/ (with its chance levels)."""
+    return sum(budget.bytes_written() for budget in (self.train, self._eval, *self._chance.values()))
 
   def refused(self):
     """How many summaries of train/ and eval/ were over summaries.max_summary_bytes."""
     return self.train.refused + self._eval.refused
 
   def close(self):
-    for budget in (self._run, self.train, self._eval):
+    for budget in (self._run, self.train, self._eval, *self._chance.values()):
       budget.close()
 
 
@@ -294,12 +317,18 @@ def _sprite(thumbnails):
       side * height, side * width, channels)
 
 
-# The config keys a person varies between runs, in the HParams plugin's column order (those the
-# trainer's config has); the others (paths, cadences, data checks) stay in the config text.
+# The config keys a person varies between runs (those the trainer's config has; TensorBoard 2.21
+# orders the columns by name); the others (paths, cadences, data checks) stay in the config text.
 HPARAM_KEYS = ("optimizer.name", "optimizer.learning_rate", "optimizer.schedule", "optimizer.warmup_steps",
                "optimizer.decay_steps", "optimizer.decay_rate", "train.batch_size", "train.num_steps",
                "finetune.head_steps", "finetune.unfreeze_last_blocks", "model.widths",
                "model.embedding_size", "model.hidden_units", "loss.name", "mixed_precision")
+
+
+# The HParams table shows five hyperparameter columns by default, those marked as differing first:
+# these and the keys set on the command line (the plugin takes the marks from one run, which
+# cannot know the others').
+SHOWN_FIRST = ("preset", "optimizer.name", "optimizer.learning_rate", "train.batch_size", "train.num_steps")
 
 
 def hparams_of(config, command_line):
@@ -314,6 +343,20 @@ def hparams_of(config, command_line):
     if key in values:
       chosen[key] = values[key]
   return chosen
+
+
+def chance_runs(metric_names):
+  """{name: (run, metric)} of the chance levels among an evaluation's metric names: chance_<metric>
+  in run "chance", chance_<metric>_<kind> in run "chance_<kind>" (the longest metric named so).
+  TensorBoard draws a tag's runs on one chart: a chance level written under its metric's tag in a
+  run of its own (under eval/) is a line on the metric's chart, not a flat chart of its own."""
+  found = {}
+  for name in metric_names:
+    metrics = [m for m in metric_names if name == f"chance_{m}" or name.startswith(f"chance_{m}_")]
+    if metrics:
+      metric = max(metrics, key=len)
+      found[name] = ("chance" + name[len(f"chance_{metric}"):], metric)
+  return found
 
 
 def _flat_values(tree, prefix=""):

@@ -39,6 +39,7 @@ from common.runtime import signals as signals_lib
 from common.runtime import workdir as workdir_lib
 from common.training import actions as actions_lib
 from common.training import averaging
+from common.training import calibration
 from common.training import checkpoints as checkpoints_lib
 from common.training import diagnostics
 from common.training import distributed
@@ -147,7 +148,7 @@ def train(config, workdir, *, strategy, model, phases, task, command_line=None):
         if int(run.checkpoint.step) < phase_end:
           consecutive = _train_phase(run, phase, phase_end, watchdog, consecutive)
       _end_training(run, watchdog)
-    return _close_run(run, time.time() - started, command_line, trial_id=workdir)
+    return _close_run(run, time.time() - started, command_line, workdir)
 
 
 def _start_run(config, cluster, model, phases, task):
@@ -161,8 +162,11 @@ def _start_run(config, cluster, model, phases, task):
   run_state.build_optimizers(model, phases, cluster.strategy)
   average = (averaging.WeightAverage(model, config.train.ema_decay, cluster.strategy)
              if config.train.ema_decay else None)
+  calibrated = (calibration.CalibratedStatistics(
+      model, task.calibrate, lambda: average.in_model() if average else contextlib.nullcontext(),
+      cluster.strategy) if task.calibrate else None)
   checkpoint = run_state.RunCheckpoint(cluster, model, phases, task.train_dataset, task.input_fingerprint,
-                                       config.train.keep_checkpoints, average)
+                                       config.train.keep_checkpoints, average, calibrated)
   summaries = summaries_lib.RunSummaries(cluster.out, config.summaries, cluster.chief, model,
                                          task.image_summaries_fn)
   record = run_state.RunRecord(cluster, checkpoint, task.data_report, best, summaries)
@@ -245,17 +249,20 @@ def _end_training(run, watchdog):
   _honour_signal(run)
 
 
-def _close_run(run, wall_time_s, command_line, trial_id):
+def _close_run(run, wall_time_s, command_line, workdir):
   """Writes the final metrics.json, HParams and report, leaves the model with the best weights
   (if kept) and returns the final metrics."""
   results = run.record.write(wall_time_s, int(run.checkpoint.step) - run.start_step)
   # The final evaluation's metrics are the last values of eval/'s scalars.
   run.summaries.write_hparams(run.config, list(run.record.evaluation.metrics), run.task.headline_metrics,
-                              command_line, trial_id=trial_id)
+                              command_line, workdir)
   run.summaries.close()
   run.record.best.load_into_model()
-  if run.average and run.record.best.best is None:
-    run.average.load_into_model()  # the run ends with, and exports, the average
+  if run.record.best.best is None:  # the run ends with, and exports, what it served
+    if run.average:
+      run.average.load_into_model()
+    if run.checkpoint.calibrated:
+      run.checkpoint.calibrated.load_into_model()
   run.record.write_report()
   return results
 
@@ -375,8 +382,12 @@ def _evaluate(run):
   step = int(run.checkpoint.step)
   started = time.time()
   try:
-    raw = run_state.figures(run.evaluate_fn()) if run.average else {}
-    with _averaged(run):
+    raw = {}
+    if run.average:  # the raw weights, with statistics recalibrated for them (not kept)
+      calibrated = run.checkpoint.calibrated
+      with calibrated.recalibrated() if calibrated else contextlib.nullcontext():
+        raw = run_state.figures(run.evaluate_fn())
+    with _served(run):
       evaluation = run.evaluate_fn()
   except signals_lib.Interrupted as e:  # the step is saved: every evaluation follows a save
     raise signals_lib.Interrupted(e.signum, f"during the evaluation at step {step}; checkpoint "
@@ -391,12 +402,15 @@ def _evaluate(run):
     logging.warning("%s", warning)
   run.summaries.write_eval(step, results, evaluation)
   run.record.keep_evaluation(evaluation, step)
-  with _averaged(run):
+  with _served(run):
     run.record.best.offer(results, step)
   run.record.write()
 
 
-def _averaged(run):
-  """The model holds the weight average (train.ema_decay) inside the block: what is evaluated and
-  kept as the best weights; the raw weights' figures are logged beside it as raw/<metric>."""
+def _served(run):
+  """The model holds what the run serves inside the block: the weight average (train.ema_decay),
+  with the BatchNorm statistics recalibrated for it at this step's save (calibration.py); what is
+  evaluated and kept as the best weights. The raw weights' figures are logged beside it as raw/<metric>."""
+  if run.checkpoint.calibrated:
+    return run.checkpoint.calibrated.served()
   return run.average.in_model() if run.average else contextlib.nullcontext()

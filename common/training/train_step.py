@@ -8,7 +8,7 @@ import math
 
 import tensorflow as tf
 
-from common.training import evaluation
+from common.training import calibration
 
 
 def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False,
@@ -30,7 +30,7 @@ def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compi
   average: an averaging.WeightAverage, updated after each finite step.
   """
   variables = model.trainable_variables
-  statistics = evaluation.batch_norm_statistics(model)
+  statistics = calibration.batch_norm_statistics(model)
   replicas = strategy.num_replicas_in_sync
 
   def gradients(batch):
