@@ -56,8 +56,9 @@ def get_config(preset=None):
   config.data.shuffle_buffer = 2048
   config.data.class_names = ()  # () = from the source (synthetic, VOC) or class_<id>
   config.data.eval_batch_size = 8  # when all eval images have one size; else 1
-  # Evaluation images are evaluated whole: a larger one is refused before training (4096x2048:
-  # about 2.5 GB of activations for the default network).
+  # The pixels one call of the network sees in evaluation and predict: a whole image (a larger one
+  # is refused before training; 4096x2048: about 2.5 GB of activations for the default network), or
+  # with eval.window the windows of one call (and then images of any size are evaluated in tiles).
   config.data.eval_max_pixels = 4096 * 2048
   config.data.eval_fraction = 0.1  # held out when a source has no eval split of its own
   config.data.cache_dir = ""  # synthetic scenes are written here; "" = <workdir>/data
@@ -77,6 +78,18 @@ def get_config(preset=None):
   config.data.eval_images = ""
   config.data.eval_labels = ""
   config.data.npy_pixel_max = 255.0  # float .npy pixels span [0, npy_pixel_max]
+
+  # Evaluation and predict (segmentation/inference.py); the SavedModel stays a whole-image network, and
+  # evaluate and predict apply these around it too. Sliding windows (mmsegmentation's slide mode):
+  # eval.window x eval.window pixels every eval.stride pixels (1 <= stride <= window), the last at
+  # the image's edge, each pixel's logits averaged over the windows covering it; 0 = whole images.
+  config.eval = ml_collections.ConfigDict()
+  config.eval.window = 0
+  config.eval.stride = 0
+  # Test-time augmentation, off by default: the image mirrored left-right and resized by each scale,
+  # each variant's logits brought back to the image's size and averaged.
+  config.eval.flip = False
+  config.eval.scales = (1.0,)  # e.g. (0.75, 1.0, 1.25)
 
   config.model = ml_collections.ConfigDict()
   config.model.widths = (16, 32, 64)  # one encoder level each; total stride 2**(levels-1)

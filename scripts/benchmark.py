@@ -53,6 +53,7 @@ if __name__ == "__main__":
 import argparse  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import sys
@@ -241,8 +242,22 @@ def estimate_trainer(trainer, args, workdir):
                                         config.mixed_precision, input_shapes=input_shapes)
     estimates[phase.name] = dataclasses.asdict(estimate) | {"total": estimate.total}
     lines += [f"phase {phase.name}:", estimate.format_table(budget_bytes=BUDGET_MB * memory_estimate.MIB)]
+  if trainer == "segmentation" and config.eval.window:
+    tiled = evaluation_in_windows(config, model)
+    estimates["evaluation"] = dataclasses.asdict(tiled) | {"largest_image_pixels": tiled.largest_image(
+        BUDGET_MB * memory_estimate.MIB)}
+    lines.append(tiled.format_table(BUDGET_MB * memory_estimate.MIB))
   keras.mixed_precision.set_global_policy("float32")
   return {"trainer": trainer, "preset": args.preset or "default", "estimates": estimates}, "\n".join(lines)
+
+
+def evaluation_in_windows(config, model):
+  """The memory estimate of segmentation's evaluation in windows (eval.window, eval.scales, eval.flip),
+  which bounds the network's part whatever the image's size (memory_estimate.tiled_estimate)."""
+  settings = importlib.import_module(TRAINERS["segmentation"][1]).validate_config(config)[1]  # its Inference
+  return memory_estimate.tiled_estimate(
+      model, settings.window, int(settings.windows_per_call()), config.data.num_classes, config.mixed_precision,
+      max(settings.scales), settings.flip or len(settings.scales) > 1)
 
 
 def run_estimates(args):

@@ -32,7 +32,7 @@ class MemoryEstimate:
   mixed_precision: bool
   num_parameters: int
   num_trainable: int
-  activation_elements: int  # layer outputs for the whole batch
+  activation_elements: int  # layer outputs for the whole batch (all, also for a forward pass alone)
   parameters: int
   float16_weights: int
   gradients: int
@@ -74,7 +74,7 @@ class MemoryEstimate:
 
 
 def estimate(model, batch_size, mixed_precision, optimizer_slots=2,
-             input_shapes=None, overhead=DEFAULT_OVERHEAD):
+             input_shapes=None, overhead=DEFAULT_OVERHEAD, training=True):
   """Estimates one training step's memory for a functional or Sequential model.
 
   Args:
@@ -85,25 +85,29 @@ def estimate(model, batch_size, mixed_precision, optimizer_slots=2,
     input_shapes: per-example shape of each model input; needed when the
       model's inputs have unknown (None) dimensions besides the batch.
     overhead: workspace as a fraction of everything else.
+    training: False for a forward pass alone (evaluation): no gradients or
+      optimizer slots, and of the layers' outputs only the most alive at once.
 
   Returns:
     A MemoryEstimate.
   """
   input_specs = make_input_specs(model, batch_size, input_shapes)
-  output_specs = []
-  trace_layers(model, input_specs, lambda layer, args, outputs: output_specs.extend(outputs))
+  steps = []  # (the ids of the tensors a layer reads, its outputs), in the order they run
+  trace_layers(model, input_specs, lambda layer, args, outputs: steps.append(
+      ({id(x) for x in tf.nest.flatten(args) if isinstance(x, keras.KerasTensor)}, outputs)))
+  output_specs = [spec for _, outputs in steps for spec in outputs]
   float_bytes = 2 if mixed_precision else 4
   activation_elements = sum(_num_elements(s) for s in output_specs)
-  activations = sum(_num_elements(s) * _element_bytes(s.dtype, float_bytes)
-                    for s in output_specs)
+  activations = (sum(_num_elements(s) * _element_bytes(s.dtype, float_bytes) for s in output_specs)
+                 if training else _peak_alive(steps, float_bytes))
   inputs = sum(_num_elements(s) * tf.as_dtype(s.dtype).size for s in input_specs)
   num_parameters = _count(model.weights)
   num_trainable = _count(model.trainable_weights)
   parts = dict(
       parameters=4 * num_parameters,
       float16_weights=2 * num_trainable if mixed_precision else 0,
-      gradients=4 * num_trainable,
-      optimizer_slots=4 * optimizer_slots * num_trainable,
+      gradients=4 * num_trainable if training else 0,
+      optimizer_slots=4 * optimizer_slots * num_trainable if training else 0,
       inputs=inputs,
       activations=activations,
   )
@@ -113,6 +117,56 @@ def estimate(model, batch_size, mixed_precision, optimizer_slots=2,
       activation_elements=activation_elements,
       workspace=int(overhead * sum(parts.values())), overhead=overhead,
       optimizer_slots_per_parameter=optimizer_slots, **parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class TiledEstimate:
+  """Evaluation of an image in windows (segmentation's eval.window): a forward pass over one call's
+  windows, whatever the image's size, and the buffers as large as the image, bytes_per_pixel each."""
+  windows: MemoryEstimate
+  window: int
+  windows_per_call: int
+  bytes_per_pixel: float
+
+  def largest_image(self, budget_bytes):
+    """The pixels of the largest image whose evaluation fits budget_bytes (0 if none)."""
+    return max(int((budget_bytes - self.windows.total) // self.bytes_per_pixel), 0)
+
+  def format_table(self, budget_bytes):
+    largest = self.largest_image(budget_bytes)
+    side = int(largest ** 0.5)
+    return "\n".join([
+        f"evaluation in windows of {self.window}x{self.window}, {self.windows_per_call} per call "
+        f"(forward pass only):",
+        *[line for line in self.windows.format_table(budget_bytes).splitlines()[1:] if " 0.0 MiB" not in line],
+        f"  {'+ per image pixel':<34}{self.bytes_per_pixel:>10.1f} B",
+        f"  {'largest image within budget':<34}{largest / 1e6:>10.1f} Mpixels (about {side}x{side})"])
+
+
+def tiled_estimate(model, window, windows_per_call, num_classes, mixed_precision, max_scale=1.0,
+                   augmented=False, overhead=DEFAULT_OVERHEAD):
+  """The memory of evaluating an image in windows (segmentation/inference.py): the network's forward
+  pass over windows_per_call windows, and per image pixel at the largest scale: the uint8 image three
+  times (the image, padded, transposed), three float32 logits (the windows' sum, the sum updated, each
+  pixel's average); resized, its float32 copy; with test-time augmentation, each variant's logits at the
+  image's size and their running sum."""
+  windows = estimate(model, windows_per_call, mixed_precision, input_shapes=[(window, window, 3)],
+                     overhead=overhead, training=False)
+  per_pixel = max_scale ** 2 * (3 * 3 + 3 * 4 * num_classes + (12 if max_scale != 1.0 else 0))
+  per_pixel += 2 * 4 * num_classes if augmented else 0
+  return TiledEstimate(windows, window, windows_per_call, (1 + overhead) * per_pixel)
+
+
+def _peak_alive(steps, float_bytes):
+  """The most bytes of layer outputs alive at once in a forward pass that frees each output after the
+  last layer that reads it (a layer's inputs and outputs both alive while it runs)."""
+  last_read = {key: i for i, (reads, _) in enumerate(steps) for key in reads}
+  alive, peak = {}, 0
+  for i, (_, outputs) in enumerate(steps):
+    alive.update({id(s): _num_elements(s) * _element_bytes(s.dtype, float_bytes) for s in outputs})
+    peak = max(peak, sum(alive.values()))
+    alive = {key: size for key, size in alive.items() if last_read.get(key, len(steps)) > i}
+  return peak
 
 
 def make_input_specs(model, batch_size, input_shapes=None):

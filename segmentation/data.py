@@ -33,6 +33,7 @@ from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
 from segmentation import augment as augment_lib
+from segmentation import inference
 from segmentation import input_pipeline
 from segmentation import record_sources
 from segmentation import synthetic
@@ -195,7 +196,7 @@ class SegmentationData:
   data_report: dict = dataclasses.field(default_factory=dict)
 
 
-def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_training=True):
+def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_training=True, tiled=False):
   """Builds the train and eval pipelines of the configured source.
 
   Args:
@@ -206,11 +207,13 @@ def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_tr
     workdir: where synthetic scenes are cached when settings.cache_dir is empty.
     for_training: False for an evaluation, which lists and checks the evaluation files only (the
       training files are listed, not checked, where the evaluation set is a hash split of them).
+    tiled: the evaluation runs in windows (eval.window), so an image over data.eval_max_pixels is
+      evaluated in tiles, not refused.
 
   Returns:
     SegmentationData.
   """
-  (train_source, eval_source), train_files = _make_sources(settings, seed, workdir, for_training)
+  (train_source, eval_source), train_files = _make_sources(settings, seed, workdir, for_training, tiled)
   train = input_pipeline.make_train(
       train_source, batch_size, seed, patch_size=settings.patch_size,
       patches_per_image=settings.patches_per_image, shuffle_buffer=settings.shuffle_buffer,
@@ -244,14 +247,14 @@ def class_names(settings):
   return None
 
 
-def _make_sources(settings, seed, workdir, for_training):
+def _make_sources(settings, seed, workdir, for_training, tiled):
   """((train source, eval source), the training (image, mask) files or None) of the settings' source;
   for an evaluation (for_training=False), (None, eval source) and None."""
   if settings.source == "tfrecord":
-    return record_sources.tfrecord_sources(settings, for_training), None
+    return record_sources.tfrecord_sources(settings, for_training, tiled), None
   if settings.source == "npy":
     return record_sources.npy_sources(settings, for_training), None
-  train, evaluation = _checked_splits(settings, seed, workdir, for_training)
+  train, evaluation = _checked_splits(settings, seed, workdir, for_training, tiled)
   if not for_training:
     return (None, _pairs_source(*evaluation)), None
   return (_pairs_source(*train), _pairs_source(*evaluation)), train[0]
@@ -260,7 +263,7 @@ def _make_sources(settings, seed, workdir, for_training):
 # Sources of image and mask files: synthetic scenes, folders, Pascal VOC.
 
 
-def _checked_splits(settings, seed, workdir, for_training):
+def _checked_splits(settings, seed, workdir, for_training, tiled):
   """[(train pairs, infos, skipped names), (eval pairs, infos, skipped names)], every file checked;
   the first is None for an evaluation."""
   if settings.source == "synthetic":
@@ -278,8 +281,10 @@ def _checked_splits(settings, seed, workdir, for_training):
   checked = [class_masks.checked_pairs(pairs, settings.num_classes, settings.ignore_label,
                                        settings.skip_bad_files)
              if for_training or split == 1 else None for split, pairs in enumerate(splits)]
-  for (image_path, _), info in zip(*checked[1][:2]):
-    image_checks.check_eval_size(image_path, (info.height, info.width), settings.eval_max_pixels)
+  if not tiled:  # evaluated whole: an image over the bound is refused before training
+    for (image_path, _), info in zip(*checked[1][:2]):
+      image_checks.check_eval_size(image_path, (info.height, info.width), settings.eval_max_pixels,
+                                   tiles_key=inference.WINDOW_KEY)
   return checked
 
 

@@ -6,8 +6,9 @@ python -m segmentation.predict --saved_model=runs/segmentation/saved_model --out
 
 --workdir reads a training run: its own config.json (--config.key=value on top), and the weights of
 its best evaluation (best/, with train.best_metric) or else of its newest checkpoint; --saved_model
-reads an export. Photos are read as a photo viewer shows them (their EXIF orientation applied); one
-over --max_pixels is refused before the model loads; one that does not read is named and left out, and
+reads an export. --config.eval.window=W --config.eval.stride=S predicts in overlapping windows (a photo
+of any size), --config.eval.flip and --config.eval.scales add test-time augmentation. Photos are read
+as a photo viewer shows them (their EXIF orientation applied); one over --max_pixels is refused before the model loads; one that does not read is named and left out, and
 the command ends with exit code 2 once the others' masks are written.
 """
 from common.runtime import process
@@ -26,32 +27,37 @@ import tensorflow as tf
 from common.app import cli
 from common.app import predict as predict_lib
 from common.contract.errors import ConfigError
+from common.data import photos
 from common.runtime import workdir as workdir_lib
 from segmentation import data as data_lib
+from segmentation import inference as inference_lib
 from segmentation import task as task_lib
 from segmentation import visualize
 
 
-def load_saved_model(saved_model):
-  """images -> (class ids, class names) of a SavedModel."""
-  serve = predict_lib.load_saved_model(saved_model, ("class_ids",), task_lib.NAME).signatures["serving_default"]
+def load_saved_model(saved_model, inference=inference_lib.Inference()):
+  """images -> (class ids, class names) of a SavedModel, its logits in inference's windows and
+  variants (inference.Inference; default: whole images)."""
+  loaded = predict_lib.load_saved_model(saved_model, ("class_ids",), task_lib.NAME)
+  # The names are a constant output: one call on a pixel gives them (exports from before class names
+  # were added have none: ids then).
+  names = loaded.signatures["serving_default"](images=tf.zeros([1, 1, 1, 3], tf.uint8)).get("class_names")
+  names = None if names is None else [n.decode() for n in names.numpy()]
+  # Through `loaded`, which owns the variables the signature reads (a compiled call holds them weakly).
+  return classifier(lambda images: loaded.signatures["serving_default"](images=images)["logits"], inference, names)
 
-  def classify(images):
-    outputs = serve(images=images)
-    names = outputs.get("class_names")  # exports from before class names were added: ids then
-    return outputs["class_ids"], None if names is None else [n.decode() for n in names.numpy()]
 
-  return classify
-
-
-def load_workdir(workdir, config, settings):
+def load_workdir(workdir, config, settings, inference):
   """images -> (class ids, class names) of a run's best weights, else its newest checkpoint (config:
-  the run's; settings: its data settings, data.read_settings)."""
+  the run's; settings: its data settings, data.read_settings; inference: inference.read_inference)."""
   names = data_lib.class_names(settings) or tuple(str(c) for c in range(settings.num_classes))
   model = task_lib.build_model(config, settings)
   predict_lib.restore_weights(model, workdir)
-  multiple = task_lib.pad_multiple(config)
-  logits = tf.function(lambda images: task_lib.whole_image_logits(model, images, multiple), reduce_retracing=True)
+  return classifier(task_lib.model_forward(model, task_lib.pad_multiple(config)), inference, names)
+
+
+def classifier(forward, inference, names):
+  logits = task_lib.make_predict_fn(forward, inference)
   return lambda images: (tf.argmax(logits(images), axis=-1, output_type=tf.int32), names)
 
 
@@ -59,13 +65,17 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   """Writes <name>_mask.png (VOC palette), <name>_classes.png (class ids as grey levels) and
   <name>_overlay.png (the image beside its prediction, a legend) per image; returns the mask paths.
   The model: the SavedModel, else the workdir's weights with config (the run's); paths: photos or
-  folders of them; max_pixels: larger images are refused, default config.data.eval_max_pixels."""
+  folders of them; max_pixels: larger images are refused, default config.data.eval_max_pixels, or
+  with config.eval.window (whose windows it bounds) PIL's bound, photos.MAX_PIXELS."""
   settings = data_lib.read_settings(config.data, for_training=False)
-  max_pixels = max_pixels or settings.eval_max_pixels
-  photos = predict_lib.Photos(predict_lib.photo_paths(paths, max_pixels), max_pixels,
+  inference = inference_lib.read_inference(config)
+  max_pixels = max_pixels or (None if inference.window else settings.eval_max_pixels)
+  tiles_key = None if inference.window else inference_lib.WINDOW_KEY
+  photos = predict_lib.Photos(predict_lib.photo_paths(paths, max_pixels, tiles_key), max_pixels,
                               lambda done: f"their masks are in {output_dir}")
   with predict_lib.checked_paths(saved_model, {"--output_dir": output_dir}):
-    classify = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config, settings)
+    classify = (load_saved_model(saved_model, inference) if saved_model
+                else load_workdir(workdir, config, settings, inference))
     written = [write_masks(path, image, classify, output_dir) for path, image in photos]
     photos.finish(f"the masks of the other {len(written)} are in {output_dir}")
   return written
@@ -98,6 +108,8 @@ def main(argv):
 if __name__ == "__main__":
   _CONFIG, _WORKDIR, _SAVED_MODEL, _MAX_PIXELS = predict_lib.define_flags(
       "segmentation", "configs/segmentation.py", "runs/segmentation",
-      max_pixels_default="the config's data.eval_max_pixels (a whole image's activations grow with its pixels)")
+      max_pixels_default="the config's data.eval_max_pixels (a whole image's activations grow with its "
+      f"pixels); with --config.eval.window, {photos.MAX_PIXELS:,} (PIL's bound: the windows bound the network's "
+      "memory)")
   _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/segmentation/predictions", "Where the PNGs go.")
   cli.run(main)

@@ -11,14 +11,16 @@ from common.contract.errors import DataError
 from common.data import class_masks
 from common.data import npy
 from common.data import tfrecords
+from segmentation import inference
 from segmentation import input_pipeline
 
 
-def tfrecord_sources(settings, for_training):
+def tfrecord_sources(settings, for_training, tiled=False):
   """(train source, eval source) of data.train_pattern and data.eval_pattern; the first is None for
-  an evaluation."""
-  # Before decoding: an image over data.eval_max_pixels is named from its header.
-  tfrecords.check_image_sizes(settings.eval_pattern, "image/encoded", settings.eval_max_pixels)
+  an evaluation. tiled: evaluated in windows, so no image is too large."""
+  if not tiled:  # before decoding: an image over data.eval_max_pixels is named from its header
+    tfrecords.check_image_sizes(settings.eval_pattern, "image/encoded", settings.eval_max_pixels,
+                                tiles_key=inference.WINDOW_KEY)
   check = (settings.num_classes, settings.ignore_label, settings.skip_bad_files)
   return ((_tfrecord_source(settings.train_pattern, *check) if for_training else None),
           _tfrecord_source(settings.eval_pattern, *check))

@@ -20,6 +20,7 @@ from common.nn import optimizers
 from common.training import plots
 from common.training import evaluation
 from segmentation import data as data_lib
+from segmentation import inference as inference_lib
 from segmentation import losses
 from segmentation import metrics
 from segmentation import model as model_lib
@@ -35,9 +36,11 @@ REPORT_OVERLAYS = 4  # evaluation images drawn with their truth and prediction i
 
 
 def validate_config(config, for_training=True):
-  """The segmentation sections' checks -> the data settings, read once (data.read_settings checks
-  every data value; for_training=False: an evaluation's, without the training files' keys)."""
+  """The segmentation sections' checks -> (the data settings, the evaluation's Inference), read once
+  (data.read_settings checks every data value; for_training=False: an evaluation's, without the
+  training files' keys)."""
   settings = data_lib.read_settings(config.data, for_training)
+  inference = inference_lib.read_inference(config)
   config_lib.check_values(config, {
       "model.widths": config_lib.POSITIVE_INTS,
       "model.weight_decay": config_lib.NON_NEGATIVE,
@@ -71,7 +74,7 @@ def validate_config(config, for_training=True):
   if loss.ohem and not (loss.ohem_threshold or loss.ohem_min_kept):
     raise ConfigError("loss.ohem_threshold=0 and loss.ohem_min_kept=0 keep no pixel: online hard-example "
                       "mining needs one of them above 0")
-  return settings
+  return settings, inference
 
 
 def make_loss_fn(ignore_label, loss_cfg):
@@ -97,9 +100,10 @@ def make_loss_fn(ignore_label, loss_cfg):
   return loss_fn
 
 
-def make_predict_fn(model):
-  """A compiled forward pass (uint8 images -> logits) that does not retrace for every image size."""
-  return tf.function(lambda images: model(images, training=False), reduce_retracing=True)
+def make_predict_fn(forward, inference):
+  """A compiled predict (uint8 images -> logits, inference_lib.image_logits around forward, a function
+  of uint8 images of any size) that does not retrace for every image size."""
+  return tf.function(lambda images: inference_lib.image_logits(forward, images, inference), reduce_retracing=True)
 
 
 def make_image_summaries(class_names, ignore_label):
@@ -145,6 +149,11 @@ def whole_image_logits(model, images, multiple):
   return model(pipeline.pad_to_multiple(images, multiple, axis=1), training=False)[:, :height, :width]
 
 
+def model_forward(model, multiple):
+  """forward(images) of a model: its logits of uint8 images of any size (whole_image_logits)."""
+  return lambda images: whole_image_logits(model, images, multiple)
+
+
 def export_model(model, path, multiple, class_names):
   """SavedModel: uint8 images of any size -> per-pixel logits, probabilities and class ids, and the
   class names (a name per id, also the asset assets/class_names.txt)."""
@@ -177,9 +186,10 @@ def make_task(config, workdir, for_training=True):
   An evaluation (for_training=False) lists and checks only the evaluation files, and its Task has no
   training dataset.
   """
-  settings = validate_config(config, for_training)  # every value checked before any file is listed
+  settings, inference = validate_config(config, for_training)  # every value checked before any file is listed
   multiple = pad_multiple(config)
-  data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, multiple, workdir, for_training)
+  data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, multiple, workdir, for_training,
+                                tiled=bool(inference.window))
 
   class_names = data.class_names or tuple(str(c) for c in range(data.num_classes))  # ids, without names
 
@@ -203,9 +213,11 @@ def make_task(config, workdir, for_training=True):
       make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
       loss_fn=make_loss_fn(settings.ignore_label, config.loss),
-      make_predict_fn=make_predict_fn,
+      make_predict_fn=lambda model: make_predict_fn(model_forward(model, multiple), inference),
       evaluate=evaluate,
-      saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["logits"],
+      # Eager: scripts/export.py passes its runtimes' stand-ins for the signature (ONNX, LiteRT).
+      saved_model_predict_fn=lambda serve: functools.partial(
+          inference_lib.image_logits, lambda images: serve(images=images)["logits"], inference=inference),
       export=lambda model, path: export_model(model, path, multiple, class_names),
       describe=f"{settings.source} data, {settings.patch_size}x{settings.patch_size} patches",
       image_summaries_fn=make_image_summaries(class_names, settings.ignore_label),

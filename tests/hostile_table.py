@@ -88,6 +88,11 @@ for _command in PREDICT:
       "signals": (None, "at start-up", "between photos", "after the last safe point"),
   })
 SURFACES[f"{SEG}.predict"]["--output_dir"] = ("output", "a refused run leaves nothing")
+SURFACES[f"{SEG}.predict"]["photos"] += ("over data.eval_max_pixels, with eval.window",)
+for _command in (f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"):
+  SURFACES[_command]["eval.window, eval.stride, eval.scales"] = (
+      None, "window negative", "stride 0 or over the window", "window over data.eval_max_pixels",
+      "scales empty or not positive")
 SURFACES[f"{TRI}.predict"]["--embed_to, --output"] = ("output", "a refused run leaves nothing",
                                                       "a name the writer changes")
 SURFACES[f"{TRI}.predict"]["metrics.json"] = ("file",)
@@ -166,6 +171,7 @@ FETCH_BAD = "tests/test_fetch_slim_checkpoint.py::test_from_file_and_bad_inputs_
 PREDICT_PIXELS = "tests/test_predict.py::test_a_photo_over_max_pixels_is_one_line_for_every_predict_before_the_model_loads"
 PREDICT_LEAVES_NOTHING = "tests/test_predict.py::test_a_refused_or_interrupted_predict_leaves_no_folder_it_made"
 HOSTILE = "tests/test_hostile.py::"
+INFERENCE = "tests/test_segmentation_inference.py::"
 NEW_TRAINER_BAD = "tests/test_new_trainer.py::test_a_bad_name_source_or_destination_is_one_line_and_writes_nothing"
 
 ROWS = [
@@ -439,6 +445,15 @@ ROWS = [
      "tests/test_predict.py::test_segmentation_writes_every_good_photos_masks_and_names_each_bad_one"),
     ((f"{TRI}.predict", f"{INC}.predict"), "photos", "one bad among good", "photos did not read (each named above)", 2,
      "tests/test_predict.py::test_inception_and_triplet_give_every_good_photos_result_and_name_each_bad_one"),
+    (f"{SEG}.predict", "photos", "over data.eval_max_pixels, with eval.window",
+     ("or set eval.window to evaluate", "wide_mask.png"), 0,
+     INFERENCE + "test_a_photo_over_eval_max_pixels_is_refused_naming_eval_window_and_tiled_with_it"),
+    ((f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"), "eval.window, eval.stride, eval.scales",
+     ("window negative", "stride 0 or over the window", "window over data.eval_max_pixels",
+      "scales empty or not positive"),
+     ("eval.window=-1 must be an integer >= 0", "eval.stride=48 must be in [1, eval.window=32]",
+      "more than data.eval_max_pixels=8,388,608", "eval.scales=() must be a non-empty sequence"), 2,
+     INFERENCE + "test_bad_eval_values_are_one_line"),
     (PREDICT, "flags", "wrong type", "--max_pixels=many: invalid literal for int()", 2,
      HOSTILE + "test_a_bad_flag_of_a_command_is_one_line"),
     (f"{SEG}.predict", "flags", "out of range", "--max_pixels=5,000", 2,

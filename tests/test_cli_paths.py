@@ -116,7 +116,8 @@ def test_a_photo_over_max_pixels_is_one_line_before_the_saved_model_loads(paths,
   line = one_error_line(capsys, functools.partial(predict.predict_files, [photo], paths["empty"], CONFIG,
                                                    saved_model=paths["saved_model"], max_pixels=5000))
   assert line == (f"{photo}: 100x60 is 6,000 pixels, more than --max_pixels=5,000, the bound on the memory "
-                  "of one whole image; resize it or raise --max_pixels"), line
+                  "of one whole image; resize it or raise --max_pixels, or set eval.window to evaluate it in "
+                  "tiles"), line
 
 
 def test_the_command_lines_say_it_in_one_line(paths):

@@ -77,6 +77,10 @@ OWN = {
         ("loss.ohem", None), ("loss.ohem_threshold", 1.5), ("loss.ohem_threshold", math.nan),
         ("loss.ohem_min_kept", -1), ("loss.ohem_min_kept", True), ("loss.dice_weight", -0.5),
         ("loss.dice_weight", None), ("loss.lovasz_weight", math.inf), ("loss.lovasz_weight", None),
+        # segmentation/inference.read_inference (stride against the window: test_segmentation_inference.py).
+        ("eval.window", -1), ("eval.stride", -1), ("eval.stride", None),
+        ("eval.flip", None), ("eval.scales", ()), ("eval.scales", (0.0, 1.0)), ("eval.scales", (1.0, 5.0)),
+        ("eval.scales", ("1",)),
     ],
     "triplet": [
         ("loss.name", "triplet"), ("loss.margin", -0.1), ("loss.squared", None),

@@ -65,6 +65,31 @@ def test_nested_shared_and_frozen_layers():
   assert est.inputs == 2 * 192  # uint8
 
 
+def test_a_forward_pass_holds_only_the_outputs_still_to_be_read():
+  est = memory_estimate.estimate(build_tiny_model(), batch_size=5, mixed_precision=False, overhead=0.0,
+                                 training=False)
+  assert est.gradients == est.optimizer_slots == 0
+  # The conv's output is freed once Flatten has read it: at most those two outputs at once.
+  assert est.activations == 4 * 5 * (32 + 32)
+  assert est.total == 4 * PARAMS + 4 * 5 * INPUTS_PER_EXAMPLE + 4 * 5 * 64
+
+
+def test_evaluation_in_windows_is_the_windows_forward_pass_and_bytes_per_image_pixel():
+  inputs = keras.Input((None, None, 3))
+  x = keras.layers.Conv2D(2, 1)(inputs)  # 3 * 2 + 2 = 8 parameters
+  model = keras.Model(inputs, keras.layers.Conv2D(3, 1)(x))  # 2 * 3 + 3 = 9
+  tiled = memory_estimate.tiled_estimate(model, window=8, windows_per_call=2, num_classes=3,
+                                         mixed_precision=False, overhead=0.0)
+  # Two 8x8 windows in float32; the outputs 2x8x8x2 and 2x8x8x3 alive together.
+  assert tiled.windows.total == 4 * 17 + 4 * 2 * 64 * 3 + 4 * 2 * 64 * (2 + 3)
+  # Per pixel: the uint8 image three times, three float32 logits of 3 classes.
+  assert tiled.bytes_per_pixel == 3 * 3 + 3 * 4 * 3
+  assert tiled.largest_image(tiled.windows.total + 45 * 100) == 100
+  assert "largest image within budget" in tiled.format_table(tiled.windows.total + 45 * 100)
+  scaled = memory_estimate.tiled_estimate(model, 8, 2, 3, False, max_scale=1.25, augmented=True, overhead=0.0)
+  assert scaled.bytes_per_pixel == 1.25 ** 2 * (45 + 12) + 2 * 4 * 3
+
+
 def test_unknown_dimension_needs_input_shapes():
   inputs = keras.Input((None, None, 3))
   model = keras.Model(inputs, keras.layers.Conv2D(2, 3)(inputs))

@@ -332,10 +332,10 @@ def test_inception_and_triplet_give_every_good_photos_result_and_name_each_bad_o
                                           "compared")
 
 
-def over_max_pixels(path, size, pixels, bound):
-  """The line of a photo over --max_pixels."""
+def over_max_pixels(path, size, pixels, bound, tiles=""):
+  """The line of a photo over --max_pixels (segmentation's names the key that would tile it)."""
   return (f"error: {path}: {size} is {pixels} pixels, more than --max_pixels={bound}, the bound on the memory "
-          "of one whole image; resize it or raise --max_pixels")
+          f"of one whole image; resize it or raise --max_pixels{tiles}")
 
 
 def test_a_photo_over_max_pixels_is_one_line_for_every_predict_before_the_model_loads(tmp_path, capsys,
@@ -355,7 +355,8 @@ def test_a_photo_over_max_pixels_is_one_line_for_every_predict_before_the_model_
       (lambda: segmentation_predict.predict_files([photo, str(huge)], str(out / "masks"),
                                                   helpers.make_config("segmentation", "smoke"),
                                                   saved_model=saved_model),
-       over_max_pixels(huge, "12000x12000", "144,000,000", "8,388,608")),
+       over_max_pixels(huge, "12000x12000", "144,000,000", "8,388,608",
+                       ", or set eval.window to evaluate it in tiles")),
       (lambda: inception_predict.classify([photo, str(huge)], helpers.make_config("inception_v4", "smoke"),
                                           saved_model=saved_model, output=str(out / "top.csv")),
        over_max_pixels(huge, "12000x12000", "144,000,000", "89,478,485")),

@@ -124,6 +124,8 @@ ADAPTATIONS = {
         "preset's softmax run (above) stands in", replace=(("runs/triplet", "runs/triplet_softmax"),)),
     "python -m segmentation.train --help": Skip(ELSEWHERE.format(
         "tests/test_cli_output.py", "the flags and presets it lists")),
+    "python -m segmentation.evaluate --workdir=runs/segmentation --config.eval.window=": Run(
+        "as written, on runs/segmentation (trained with the smoke preset above)"),
     "python -m segmentation.evaluate --workdir=runs/segmentation": Skip(ELSEWHERE.format(
         "tests/test_segmentation_train.py", "its mIoU against the run's")),
     "python -m triplet.evaluate --workdir=runs/triplet": Skip(ELSEWHERE.format(

@@ -188,6 +188,9 @@ def test_an_evaluation_image_larger_than_eval_max_pixels_is_refused_before_train
     make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
   assert str(error.value).startswith(f"{images_dir}/img001.png: 40x30 is 1,200 pixels, more than "
                                      "data.eval_max_pixels=1,000")
+  assert str(error.value).endswith("or raise data.eval_max_pixels, or set eval.window to evaluate it in tiles")
+  # Evaluated in windows (eval.window), an image of any size is taken.
+  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8, tiled=True).num_eval_images == 2
   cfg.eval_max_pixels = 1200  # the training image (480 pixels) never counts, nor one at the bound
   assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
 
@@ -205,6 +208,7 @@ def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(t
       make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
   assert str(error.value).startswith(f"{tmp_path}/eval-00000-of-00001.tfrecord: record 1: 40x30 is 1,200 "
                                      "pixels, more than data.eval_max_pixels=1,000")
+  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8, tiled=True).num_eval_images == 2
   cfg.eval_max_pixels = 1200
   assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
   # An image over PIL's own bound (twice Image.MAX_IMAGE_PIXELS) is named from its header too.

@@ -51,13 +51,13 @@ def load_saved_model(path, outputs, trainer):
   return checkpoints.load_saved_model(path, outputs, trainer)
 
 
-def photo_paths(args, max_pixels=None):
+def photo_paths(args, max_pixels=None, tiles_key=None):
   """The photo files of the command's arguments (a folder: its photos), each one's pixels checked
   from its header against max_pixels (default photos.MAX_PIXELS) before the model loads: a photo
-  over it is the command's one line."""
+  over it is the command's one line (naming tiles_key, the config key that would tile it)."""
   paths = photos.photo_paths(args)
   for path in paths:
-    photos.check_pixels(path, max_pixels)
+    photos.check_pixels(path, max_pixels, tiles_key)
   return paths
 
 

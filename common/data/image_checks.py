@@ -202,17 +202,19 @@ def skip_report(skipped):
           "skipped_names": names[:_MAX_NAMES_REPORTED]}
 
 
-def check_eval_size(where, size, max_pixels, setting="data.eval_max_pixels"):
+def check_eval_size(where, size, max_pixels, setting="data.eval_max_pixels", tiles_key=None):
   """Refuses an image of (height, width) `size` over `max_pixels`, before any training or loading.
 
-  Evaluation and prediction run on whole images, whose activations grow with their pixels (about
-  300 bytes a pixel for segmentation's default network: 19 GB for 8000x8000).
+  Evaluation and prediction of a whole image hold activations that grow with its pixels (about
+  300 bytes a pixel for segmentation's default network: 19 GB for 8000x8000); tiles_key: the key
+  that evaluates it in tiles instead, named in the line.
   """
   height, width = size
   if height * width > max_pixels:
+    tiles = f", or set {tiles_key} to evaluate it in tiles" if tiles_key else ""
     raise DataError(f"{where}: {height}x{width} is {height * width:,} pixels, more than "
                     f"{setting}={max_pixels:,}, the bound on the memory of one whole image; resize it "
-                    f"or raise {setting}")
+                    f"or raise {setting}{tiles}")
 
 
 def header_size(where, image):

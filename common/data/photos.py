@@ -28,13 +28,15 @@ def photo_paths(paths):
   return found
 
 
-def check_pixels(path, max_pixels=None):
-  """A photo over max_pixels (default MAX_PIXELS) is a DataError naming --max_pixels, from its header
-  (its pixels not decoded); one without a readable header is left to read_photo to name."""
+def check_pixels(path, max_pixels=None, tiles_key=None):
+  """A photo over max_pixels (default MAX_PIXELS) is a DataError naming --max_pixels (and tiles_key,
+  image_checks.check_eval_size), from its header (its pixels not decoded); one without a readable
+  header is left to read_photo to name."""
   with _without_pils_bound():
     size = image_checks.header_size(path, path)
   if size:
-    image_checks.check_eval_size(path, size, max_pixels or MAX_PIXELS, setting="--max_pixels")
+    image_checks.check_eval_size(path, size, max_pixels or MAX_PIXELS, setting="--max_pixels",
+                                 tiles_key=tiles_key)
 
 
 def read_photo(path, max_pixels=None):

@@ -218,10 +218,10 @@ def tfrecord_names(skipped):
   return [f"{path} record {index}" for path, index in skipped]
 
 
-def check_image_sizes(pattern, image_key, max_pixels):
+def check_image_sizes(pattern, image_key, max_pixels, tiles_key=None):
   """Refuses a record whose image (the bytes under image_key) is over max_pixels by its header,
-  before the up-front check decodes it (image_checks.check_eval_size); records that do not parse
-  are left to that check to name."""
+  before the up-front check decodes it (image_checks.check_eval_size, which names tiles_key);
+  records that do not parse are left to that check to name."""
   encoded = {image_key: tf.io.FixedLenFeature([], tf.string)}
   for path in list_tfrecord_files(pattern):
     records = (tf.data.TFRecordDataset(path).enumerate()
@@ -231,4 +231,4 @@ def check_image_sizes(pattern, image_key, max_pixels):
       where = f"{path}: record {index}"
       size = image_checks.header_size(where, io.BytesIO(features[image_key]))
       if size:
-        image_checks.check_eval_size(where, size, max_pixels)
+        image_checks.check_eval_size(where, size, max_pixels, tiles_key=tiles_key)

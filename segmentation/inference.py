@@ -1,0 +1,130 @@
+"""Logits of whole images for evaluation and prediction: the image whole, or in overlapping windows
+(eval.window, eval.stride), and test-time augmentation (eval.flip, eval.scales), averaged.
+
+As mmsegmentation's `slide` mode: windows of window x window pixels every `stride` pixels, the last
+of each row and column aligned to the image's edge, an image smaller than a window padded to it;
+each pixel's logits are the sum over the windows that cover it divided by their count. As DeepLab's
+multi-scale and flipped evaluation: the image resized by each scale (and mirrored), its logits
+brought back to the image's size, and the variants' logits averaged.
+
+Everything runs in TensorFlow inside the caller's tf.function, around `forward(images) -> logits`, a
+function of uint8 images of any size (a checkpoint's model padded to its stride, or a SavedModel's
+serving signature, which stays a whole-image graph).
+"""
+import dataclasses
+
+import tensorflow as tf
+
+from common.contract import config as config_lib
+from common.contract.errors import ConfigError
+
+WINDOW_KEY = "eval.window"  # named where an image over data.eval_max_pixels is refused: it tiles it
+MAX_SCALE = 4.0  # eval.scales' bound: at 4 an image has 16 times its pixels
+CHECKS = {
+    "eval.window": config_lib.NON_NEGATIVE_INT,  # 0 = whole images
+    "eval.stride": config_lib.NON_NEGATIVE_INT,
+    "eval.flip": config_lib.BOOL,
+    "eval.scales": config_lib.sequence_of(
+        config_lib.number(0, MAX_SCALE, low_open=True),
+        f"a non-empty sequence of scales in (0, {MAX_SCALE:g}], e.g. (0.75, 1.0, 1.25)", non_empty=True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Inference:
+  """The config's eval section, read once (read_inference), with data.eval_max_pixels, the pixels one
+  call of the network may see (a whole image, or windows)."""
+  window: int = 0
+  stride: int = 0
+  flip: bool = False
+  scales: tuple = (1.0,)
+  max_pixels: int = 4096 * 2048
+
+  def windows_per_call(self, batch=1):
+    """The windows one call of the network takes from a batch of images: as many as max_pixels holds,
+    at least one."""
+    return tf.maximum(self.max_pixels // (self.window ** 2 * batch), 1)
+
+
+def read_inference(config):
+  """Inference of config.eval, every value checked: a ConfigError naming the key."""
+  config_lib.check_values(config, CHECKS)
+  section, max_pixels = config.eval, config.data.eval_max_pixels
+  if section.window and not 1 <= section.stride <= section.window:
+    raise ConfigError(f"eval.stride={section.stride} must be in [1, eval.window={section.window}] (the step "
+                      "between windows, e.g. two thirds of the window)")
+  if section.window ** 2 > max_pixels:
+    raise ConfigError(f"eval.window={section.window} is {section.window ** 2:,} pixels, more than "
+                      f"data.eval_max_pixels={max_pixels:,}, the bound on what one call of the network sees")
+  return Inference(section.window, section.stride, section.flip, tuple(section.scales), max_pixels)
+
+
+def image_logits(forward, images, inference):
+  """float32 logits [B, H, W, C] of uint8 images [B, H, W, 3]: each variant's (scales x flip) logits
+  at the image's size, averaged (a running sum: one variant's logits held at a time)."""
+  height, width = tf.shape(images)[1], tf.shape(images)[2]
+  total, count = None, 0
+  for scale in inference.scales:
+    scaled = images
+    if scale != 1.0:
+      size = tf.cast(tf.round(tf.cast(tf.stack([height, width]), tf.float32) * scale), tf.int32)
+      scaled = tf.cast(tf.round(tf.clip_by_value(tf.image.resize(images, tf.maximum(size, 1)), 0, 255)), tf.uint8)
+    for flip in (False, True) if inference.flip else (False,):
+      logits = _logits(forward, tf.reverse(scaled, [2]) if flip else scaled, inference)
+      logits = tf.reverse(logits, [2]) if flip else logits
+      logits = tf.image.resize(logits, [height, width]) if scale != 1.0 else logits
+      total, count = logits if total is None else total + logits, count + 1
+  return total if count == 1 else total / count
+
+
+def _logits(forward, images, inference):
+  return sliding_logits(forward, images, inference) if inference.window else tf.cast(forward(images), tf.float32)
+
+
+def window_starts(size, window, stride):
+  """The first row (or column) of each window along a side of `size` >= window: every `stride`
+  pixels, the last one ending at the edge."""
+  count = (size - window + stride - 1) // stride + 1
+  return tf.minimum(tf.range(count) * stride, size - window)
+
+
+def sliding_logits(forward, images, inference):
+  """Logits of images in windows of inference.window every inference.stride pixels, summed over the
+  windows that cover each pixel and divided by their count; as many windows per call of forward as
+  inference.max_pixels holds (at least one)."""
+  window = inference.window
+  height, width, batch = tf.shape(images)[1], tf.shape(images)[2], tf.shape(images)[0]
+  # Smaller than a window: padded at the bottom and right (as the evaluation pads to the stride).
+  padded_h, padded_w = tf.maximum(height, window), tf.maximum(width, window)
+  images = tf.pad(images, [[0, 0], [0, padded_h - height], [0, padded_w - width], [0, 0]])
+  rows, cols = (window_starts(size, window, inference.stride) for size in (padded_h, padded_w))
+  starts = tf.reshape(tf.stack(tf.meshgrid(rows, cols, indexing="ij"), axis=-1), [-1, 2])
+  offsets = tf.range(window)
+  # Pixels [H, W, B, 3], so that a window's (row, column) indices gather it for the whole batch.
+  pixels = tf.transpose(images, [1, 2, 0, 3])
+  per_call = inference.windows_per_call(batch)
+
+  def indices(chunk):  # [n, window, window, 2]: the (row, column) of each pixel of each window
+    shape = [tf.shape(chunk)[0], window, window]
+    return tf.stack([tf.broadcast_to(chunk[:, 0, None, None] + offsets[None, :, None], shape),
+                     tf.broadcast_to(chunk[:, 1, None, None] + offsets[None, None, :], shape)], axis=-1)
+
+  def chunk_logits(first):  # (the indices of the windows from `first` on, their logits [n, w, w, B, C])
+    where = indices(starts[first:first + per_call])
+    crops = tf.reshape(tf.transpose(tf.gather_nd(pixels, where), [0, 3, 1, 2, 4]), [-1, window, window, 3])
+    logits = tf.cast(forward(crops), tf.float32)
+    logits = tf.reshape(logits, [-1, batch, window, window, tf.shape(logits)[-1]])
+    return where, tf.transpose(logits, [0, 2, 3, 1, 4])
+
+  def add_chunk(first, total):
+    return first + per_call, tf.tensor_scatter_nd_add(total, *chunk_logits(first))
+
+  # The first chunk starts the sum (the class count is the network's).
+  where, logits = chunk_logits(0)
+  total = tf.scatter_nd(where, logits, tf.concat([[padded_h, padded_w, batch], tf.shape(logits)[-1:]], 0))
+  _, total = tf.while_loop(lambda first, _: first < tf.shape(starts)[0], add_chunk, [per_call, total])
+  # Windows form a grid, so a pixel's count is its row's count times its column's.
+  counts = [tf.scatter_nd(tf.reshape(starts_1d[:, None] + offsets, [-1, 1]), tf.ones([tf.size(starts_1d) * window]),
+                          [size]) for starts_1d, size in ((rows, padded_h), (cols, padded_w))]
+  total /= (counts[0][:, None] * counts[1][None, :])[:, :, None, None]
+  return tf.transpose(total[:height, :width], [2, 0, 1, 3])
