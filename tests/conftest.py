@@ -30,7 +30,7 @@ LONGEST_FILES_FIRST = (
     "test_readme_commands.py", "test_signal_sweep.py", "test_export.py", "test_segmentation_train.py",
     "test_real_inception.py", "test_real_segmentation.py", "test_inception_train.py",
     "test_multi_worker.py", "test_distributed_trainers.py", "test_layout.py", "test_triplet_train.py",
-    "test_predict.py", "test_real_triplet.py",
+    "test_predict.py", "test_real_triplet.py", "test_new_trainer.py",
 )
 
 
