@@ -100,8 +100,7 @@ def sliding_logits(forward, images, inference):
   rows, cols = (window_starts(size, window, inference.stride) for size in (padded_h, padded_w))
   starts = tf.reshape(tf.stack(tf.meshgrid(rows, cols, indexing="ij"), axis=-1), [-1, 2])
   offsets = tf.range(window)
-  # Pixels [H, W, B, 3], so that a window's (row, column) indices gather it for the whole batch.
-  pixels = tf.transpose(images, [1, 2, 0, 3])
+  batch_index = tf.range(batch)[None, :, None, None, None]
   per_call = inference.windows_per_call(batch)
 
   def indices(chunk):  # [n, window, window, 2]: the (row, column) of each pixel of each window
@@ -111,7 +110,12 @@ def sliding_logits(forward, images, inference):
 
   def chunk_logits(first):  # (the indices of the windows from `first` on, their logits [n, w, w, B, C])
     where = indices(starts[first:first + per_call])
-    crops = tf.reshape(tf.transpose(tf.gather_nd(pixels, where), [0, 3, 1, 2, 4]), [-1, window, window, 3])
+    # Gathered [n, B, w, w, 3] straight from the images: a uint8 transpose (Grappler moves a cast
+    # across one) makes oneDNN print that it needs AVX-512.
+    shape = tf.concat([tf.shape(where)[:1], [batch, window, window, 1]], 0)
+    at = tf.concat([tf.broadcast_to(batch_index, shape),
+                    tf.broadcast_to(where[:, None], tf.concat([shape[:-1], [2]], 0))], -1)
+    crops = tf.reshape(tf.gather_nd(images, at), [-1, window, window, 3])
     logits = tf.cast(forward(crops), tf.float32)
     logits = tf.reshape(logits, [-1, batch, window, window, tf.shape(logits)[-1]])
     return where, tf.transpose(logits, [0, 2, 3, 1, 4])

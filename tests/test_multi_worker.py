@@ -176,7 +176,8 @@ def test_two_workers_shard_the_input_write_once_and_match_one_process(tmp_path):
       "checkpoints/input/worker1/checkpoint"]
   events = sorted(os.path.relpath(os.path.dirname(p), workdir)
                   for p in glob.glob(f"{workdir}/**/events.out.tfevents*", recursive=True))
-  assert events == [".", "eval", "train"]  # the workdir's own (config, HParams), eval/, train/
+  # The workdir's own (config, HParams), eval/ and its chance levels' run, train/.
+  assert events == [".", "eval", "eval/chance", "train"]
   assert os.listdir(tmp_path / "tmp") == []
   assert sorted(os.listdir(workdir / "checkpoints" / "input")) == ["worker0", "worker1"]
 
