@@ -52,10 +52,17 @@ class WeightAverage(tf.Module):
   @contextlib.contextmanager
   def in_model(self):
     """The model holds the average inside the block, its own weights again after it."""
-    kept = [tf.identity(weight) for weight in self._weights]
-    self.load_into_model()
-    try:
+    with kept(self._weights):
+      self.load_into_model()
       yield
-    finally:
-      for weight, value in zip(self._weights, kept):
-        weight.assign(value)
+
+
+@contextlib.contextmanager
+def kept(variables):
+  """The variables' values of now, assigned back when the block ends, however it ends."""
+  values = [tf.identity(v) for v in variables]
+  try:
+    yield
+  finally:
+    for variable, value in zip(variables, values):
+      variable.assign(value)

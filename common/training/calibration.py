@@ -11,6 +11,8 @@ import contextlib
 from absl import logging
 import tensorflow as tf
 
+from common.training import averaging
+
 # Where a checkpoint holds the calibrated value of the model's i-th BatchNorm statistic.
 KEY = "calibrated_statistics/values/{}/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -58,14 +60,14 @@ class CalibratedStatistics(tf.Module):
   def recalibrated(self):
     """Inside the block the model's statistics are calibrated for its current weights (the raw
     weights' figures beside the average's); its own again after it."""
-    with self._kept():
+    with averaging.kept(self._statistics):
       self._calibrate(self._model)
       yield
 
   @contextlib.contextmanager
   def served(self):
     """The model holds the served weights and these statistics inside the block, its own after it."""
-    with self._served(), self._kept():
+    with self._served(), averaging.kept(self._statistics):
       self.load_into_model()
       yield
 
@@ -73,11 +75,3 @@ class CalibratedStatistics(tf.Module):
     for statistic, value in zip(self._statistics, self.values):
       statistic.assign(value)
 
-  @contextlib.contextmanager
-  def _kept(self):
-    kept = [tf.identity(v) for v in self._statistics]
-    try:
-      yield
-    finally:
-      for statistic, value in zip(self._statistics, kept):
-        statistic.assign(value)
