@@ -1,20 +1,22 @@
-"""Training augmentation of the classifier beside TF-Slim's distortions: RandAugment per image,
-mixup and CutMix per batch, as timm has them; stateless and seeded, so that a resumed run draws
-what the uninterrupted one drew.
+"""Training augmentation of the classifier beside TF-Slim's distortions: RandAugment and mixup and
+CutMix, as timm has them, on batches; stateless and seeded, so that a resumed run draws what the
+uninterrupted one drew.
 
 RandAugment (data.randaugment_ops N, data.randaugment_magnitude M): N operations drawn at random
 (with replacement) from OPERATIONS, each applied with probability OP_PROBABILITY at the strength
 M / MAX_MAGNITUDE, with a random sign where it has one (timm's "increasing" variants: a larger M
-is always stronger). Seeded by the element's seed (data._make_train: the run's seed and the image's
-place in the stream).
+is always stronger). Each image draws its own operations, as in timm; they run on the batch, each
+operation once on the images that drew it. Seeded by the batch's place in the stream (below).
 
 Mixup and CutMix (data.mixup_alpha, data.cutmix_alpha, data.mix_prob, data.mix_switch_prob): a
 batch is mixed with itself reversed, with probability mix_prob; with both on, CutMix is picked
 with probability mix_switch_prob, else mixup. Mixup blends whole images by lambda ~ Beta(alpha,
 alpha); CutMix pastes a box of the partner whose area is about 1 - lambda, clipped at the border,
 and the labels' weight is the share of pixels each image keeps. Labels become one-hot vectors mixed
-by that weight (label smoothing is applied on top by the loss, as timm's mixup_target). Seeded by
-the batch's place in the stream (the place of its first image).
+by that weight (label smoothing is applied on top by the loss, as timm's mixup_target).
+
+Both are seeded by the batch's place in the stream (data._make_train: the run's seed and the place
+of the batch's first image), which the checkpointed iterator resumes at.
 """
 import dataclasses
 import functools
@@ -43,91 +45,101 @@ class Mixing:
     return self.mixup_alpha > 0 or self.cutmix_alpha > 0
 
 
-# RandAugment: images are float32 [H, W, 3] in [0, 1]; each operation takes (image, level in
-# [0, 1], sign +-1.0) and leaves [0, 1].
+# RandAugment: images are a batch, float32 [B, H, W, 3] in [0, 1]; each operation takes (images,
+# level in [0, 1], signs +-1.0 float32 [B]) and leaves [0, 1]. Batched so that the pipeline pays an
+# operation's overhead once a batch, not once an image (RandAugment per image was the input's cost).
 
 
-def _blend(image, degenerate, factor):
+def _per_image(values):
+  return tf.reshape(values, [-1, 1, 1, 1])
+
+
+def _blend(images, degenerate, factor):
   """PIL's ImageEnhance: factor 0 gives `degenerate`, 1 the image, beyond 1 moves away from it."""
-  return degenerate + factor * (image - degenerate)
+  return degenerate + factor * (images - degenerate)
 
 
-def _enhance(degenerate_fn, image, level, sign):
-  return _blend(image, degenerate_fn(image), 1.0 + sign * 0.9 * level)
+def _enhance(degenerate_fn, images, level, signs):
+  return _blend(images, degenerate_fn(images), _per_image(1.0 + signs * 0.9 * level))
 
 
-def _smoothed(image):
-  """PIL's SMOOTH filter (the degenerate image of Sharpness), edges mirrored."""
-  kernel = tf.constant([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]]) / 13.0
-  kernel = tf.tile(kernel[:, :, None, None], [1, 1, 3, 1])
-  padded = tf.pad(image, [[1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
-  return tf.nn.depthwise_conv2d(padded[None], kernel, [1, 1, 1, 1], "VALID")[0]
+def _smoothed(images):
+  """PIL's SMOOTH filter (the degenerate image of Sharpness: 1 around a centre of 5, over 13), edges
+  mirrored. Sums of shifted views, not a depthwise convolution, which returns the wrong shape for
+  an empty batch (an operation no image drew)."""
+  height, width = tf.shape(images)[1], tf.shape(images)[2]
+  padded = tf.pad(images, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")
+  total = tf.add_n([padded[:, dy:dy + height, dx:dx + width] for dy in range(3) for dx in range(3)])
+  return (total + 4.0 * images) / 13.0
 
 
-def _warp(image, transform):
-  """The image resampled bilinearly: output pixel (x, y) reads the input at (a0 x + a1 y + a2,
-  b0 x + b1 y + b2), transform = (a0, a1, a2, b0, b1, b2)."""
-  transform = tf.concat([tf.cast(tf.stack(transform), tf.float32), tf.zeros([2])], 0)
+def _warp(images, transforms):
+  """Each image resampled bilinearly: output pixel (x, y) reads the input at (a0 x + a1 y + a2,
+  b0 x + b1 y + b2), transforms = (a0, a1, a2, b0, b1, b2), each float32 [B] (or a scalar)."""
+  count = tf.shape(images)[0]
+  rows = [tf.broadcast_to(tf.cast(t, tf.float32), [count]) for t in transforms]
+  transforms = tf.stack(rows + [tf.zeros([count]), tf.zeros([count])], axis=1)
   return tf.raw_ops.ImageProjectiveTransformV3(
-      images=image[None], transforms=transform[None], output_shape=tf.shape(image)[:2],
-      interpolation="BILINEAR", fill_mode="CONSTANT", fill_value=FILL)[0]
+      images=images, transforms=transforms, output_shape=tf.shape(images)[1:3],
+      interpolation="BILINEAR", fill_mode="CONSTANT", fill_value=FILL)
 
 
-def _rotate(image, level, sign):
-  angle = sign * level * math.radians(30.0)
-  cy, cx = ((tf.cast(n, tf.float32) - 1) / 2 for n in tf.unstack(tf.shape(image)[:2]))
-  cos, sin = tf.cos(angle), tf.sin(angle)
-  return _warp(image, [cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy])
+def _rotate(images, level, signs):
+  angles = signs * level * math.radians(30.0)
+  cy, cx = ((tf.cast(n, tf.float32) - 1) / 2 for n in tf.unstack(tf.shape(images)[1:3]))
+  cos, sin = tf.cos(angles), tf.sin(angles)
+  return _warp(images, [cos, -sin, cx - cos * cx + sin * cy, sin, cos, cy - sin * cx - cos * cy])
 
 
-def _shift(image, level, sign, axis):
-  offset = sign * level * 0.45 * tf.cast(tf.shape(image)[1 - axis], tf.float32)  # timm's TranslateRel
-  return _warp(image, [1.0, 0.0, offset, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, 0.0, 1.0, offset])
+def _shift(images, level, signs, axis):
+  offsets = signs * level * 0.45 * tf.cast(tf.shape(images)[2 - axis], tf.float32)  # timm's TranslateRel
+  return _warp(images, [1.0, 0.0, offsets, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, 0.0, 1.0, offsets])
 
 
-def _shear(image, level, sign, axis):
-  shear = sign * level * 0.3
-  return _warp(image, [1.0, shear, 0.0, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, shear, 1.0, 0.0])
+def _shear(images, level, signs, axis):
+  shears = signs * level * 0.3
+  return _warp(images, [1.0, shears, 0.0, 0.0, 1.0, 0.0] if axis == 0 else [1.0, 0.0, 0.0, shears, 1.0, 0.0])
 
 
-def _auto_contrast(image, level, sign):
-  del level, sign
-  low = tf.reduce_min(image, axis=[0, 1])
-  high = tf.reduce_max(image, axis=[0, 1])
-  return tf.where(high > low, (image - low) / tf.maximum(high - low, 1e-6), image)
+def _auto_contrast(images, level, signs):
+  del level, signs
+  low = tf.reduce_min(images, axis=[1, 2], keepdims=True)
+  high = tf.reduce_max(images, axis=[1, 2], keepdims=True)
+  return tf.where(high > low, (images - low) / tf.maximum(high - low, 1e-6), images)
 
 
-def _posterize(image, level, sign):
-  del sign
+def _posterize(images, level, signs):
+  del signs
   step = 2.0 ** round(4 * level)  # 8 bits kept at level 0, 4 at the top
-  return tf.floor(tf.round(image * 255.0) / step) * step / 255.0
+  return tf.floor(tf.round(images * 255.0) / step) * step / 255.0
 
 
-def _solarize(image, level, sign):
-  del sign
-  return tf.where(image >= (256.0 - 256.0 * level) / 255.0, 1.0 - image, image)
+def _solarize(images, level, signs):
+  del signs
+  return tf.where(images >= (256.0 - 256.0 * level) / 255.0, 1.0 - images, images)
 
 
-def _solarize_add(image, level, sign):
-  del sign
-  return tf.where(image < 128.0 / 255.0, image + 110.0 / 255.0 * level, image)
+def _solarize_add(images, level, signs):
+  del signs
+  return tf.where(images < 128.0 / 255.0, images + 110.0 / 255.0 * level, images)
 
 
-def _grey(image):
-  return tf.image.rgb_to_grayscale(image)
+def _grey(images):
+  return tf.image.rgb_to_grayscale(images)
 
 
 # (name, operation); Equalize, in timm's list, is left out: its histogram does not map onto tf ops
 # as simply.
 OPERATIONS = (
     ("auto_contrast", _auto_contrast),
-    ("invert", lambda image, level, sign: 1.0 - image),
+    ("invert", lambda images, level, signs: 1.0 - images),
     ("rotate", _rotate),
     ("posterize", _posterize),
     ("solarize", _solarize),
     ("solarize_add", _solarize_add),
     ("color", functools.partial(_enhance, _grey)),
-    ("contrast", functools.partial(_enhance, lambda image: tf.reduce_mean(_grey(image)))),
+    ("contrast", functools.partial(
+        _enhance, lambda images: tf.reduce_mean(_grey(images), axis=[1, 2, 3], keepdims=True))),
     ("brightness", functools.partial(_enhance, tf.zeros_like)),
     ("sharpness", functools.partial(_enhance, _smoothed)),
     ("shear_x", functools.partial(_shear, axis=0)),
@@ -135,25 +147,37 @@ OPERATIONS = (
     ("translate_x", functools.partial(_shift, axis=0)),
     ("translate_y", functools.partial(_shift, axis=1)),
 )
+UNCHANGED = len(OPERATIONS)  # the draw of an image whose operation does not apply
 
 
-def rand_augment(image, num_ops, magnitude, seed):
-  """float32 [H, W, 3] in [0, 1] -> the same after num_ops operations of RandAugment at
-  `magnitude` (0 to MAX_MAGNITUDE); seed: int64 [2], the element's."""
+def draw_operations(count, seed):
+  """One layer's draws for a batch of `count` images: (int32 [count], each image's operation, or
+  UNCHANGED where it does not apply; float32 [count], each image's sign). seed: int64 [2]."""
+  applies, positive = tf.unstack(
+      tf.random.stateless_uniform([2, count], seed) < [[OP_PROBABILITY], [0.5]])
+  choices = tf.random.stateless_uniform([count], _fold(seed, 1), maxval=len(OPERATIONS), dtype=tf.int32)
+  return tf.where(applies, choices, UNCHANGED), tf.where(positive, 1.0, -1.0)
+
+
+def rand_augment(images, num_ops, magnitude, seed):
+  """float32 [B, H, W, 3] in [0, 1] -> the same after num_ops operations of RandAugment at
+  `magnitude` (0 to MAX_MAGNITUDE), drawn for each image on its own; seed: int64 [2], the batch's.
+  Each operation runs once on the images that drew it (partitioned, then stitched back)."""
   level = magnitude / MAX_MAGNITUDE
   seed = _fold(seed, RANDAUGMENT)
+  count = tf.shape(images)[0]
   for layer in range(num_ops):
-    layer_seed = _fold(seed, layer)
-    applies, positive = tf.unstack(tf.random.stateless_uniform([2], layer_seed) < [OP_PROBABILITY, 0.5])
-    sign = tf.where(positive, 1.0, -1.0)
-    choice = tf.random.stateless_uniform([], _fold(layer_seed, 1), maxval=len(OPERATIONS), dtype=tf.int32)
-    # Branch len(OPERATIONS), the last, leaves the image as it is.
-    branches = [functools.partial(op, image, level, sign) for _, op in OPERATIONS]
-    branches.append(lambda unchanged=image: unchanged)
-    shape = image.shape
-    image = tf.clip_by_value(tf.switch_case(tf.where(applies, choice, len(OPERATIONS)), branches), 0.0, 1.0)
-    image.set_shape(shape)
-  return image
+    drawn, signs = draw_operations(count, _fold(seed, layer))
+    places = tf.dynamic_partition(tf.range(count), drawn, UNCHANGED + 1)
+    groups = tf.dynamic_partition(images, drawn, UNCHANGED + 1)
+    group_signs = tf.dynamic_partition(signs, drawn, UNCHANGED + 1)
+    results = [op(group, level, group_sign)
+               for (_, op), group, group_sign in zip(OPERATIONS, groups, group_signs)]
+    results.append(groups[UNCHANGED])
+    shape = images.shape
+    images = tf.clip_by_value(tf.dynamic_stitch(places, results), 0.0, 1.0)
+    images.set_shape(shape)
+  return images
 
 
 # Mixup and CutMix.

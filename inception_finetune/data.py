@@ -2,9 +2,9 @@
 
 Every source becomes the same two pipelines:
   train: endless, shuffled with the seed, optionally oversampling rare classes,
-    Inception training distortions and RandAugment seeded per element; yields
-    (float32 images [B, S, S, 3] in [-1, 1], int32 class ids [B]), or with mixup or CutMix
-    (augment.py, seeded per batch) float32 soft labels [B, num_classes] instead of the ids.
+    Inception training distortions seeded per element, then RandAugment, mixup and CutMix
+    (augment.py) seeded per batch; yields (float32 images [B, S, S, 3] in [-1, 1], int32 class
+    ids [B]), or with mixup or CutMix float32 soft labels [B, num_classes] instead of the ids.
   eval: one pass in order, slim's evaluation preprocessing; same element types.
   raw_eval: the same pass of uint8 images as decoded, for a SavedModel that
     preprocesses inside.
@@ -275,6 +275,7 @@ def _make_train(source, settings, batch_size, seed, num_classes):
     records = pipeline.oversample(records, source.counts, settings.oversample_to, seed)
   mixing = augment.Mixing(settings.mixup_alpha, settings.cutmix_alpha, settings.mix_prob,
                           settings.mix_switch_prob)
+  augments_batches = mixing.on or settings.randaugment_ops > 0
 
   def preprocess(index, example):
     contents, label = example
@@ -285,19 +286,22 @@ def _make_train(source, settings, batch_size, seed, num_classes):
                                                  fast_mode=settings.fast_mode)
     else:
       image = preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction)
+    # A batch's draws are seeded by its first image's place in the stream.
+    return (image, label, index) if augments_batches else (image, label)
+
+  def augment_batch(images, labels, indices):
+    batch_seed = tf.stack([tf.cast(seed, tf.int64), indices[0]])
     if settings.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
-      image = unit_to_symmetric(augment.rand_augment(
-          (image + 1.0) / 2.0, settings.randaugment_ops, settings.randaugment_magnitude, element_seed))
-    # A batch's mixing is seeded by its first image's place in the stream, which the checkpointed
-    # iterator resumes at.
-    return (image, label, index) if mixing.on else (image, label)
+      images = unit_to_symmetric(augment.rand_augment(
+          (images + 1.0) / 2.0, settings.randaugment_ops, settings.randaugment_magnitude, batch_seed))
+    if mixing.on:
+      return augment.mix_batch(images, labels, num_classes, mixing, batch_seed)
+    return images, labels
 
   batches = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
   batches = batches.batch(batch_size, drop_remainder=True)
-  if mixing.on:
-    batches = batches.map(lambda images, labels, indices: augment.mix_batch(
-        images, labels, num_classes, mixing, tf.stack([tf.cast(seed, tf.int64), indices[0]])),
-                          num_parallel_calls=tf.data.AUTOTUNE)
+  if augments_batches:
+    batches = batches.map(augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
   return batches.prefetch(tf.data.AUTOTUNE)
 
 

@@ -75,32 +75,59 @@ def test_mix_draws_follow_beta_mix_prob_and_switch_prob():
   assert abs(boxes / len(found) - 0.3 * 0.94) < 0.08  # ~6% of boxes are empty (lambda near 1)
 
 
-def unit_image(seed=0, shape=(12, 16, 3)):
-  """An image on the 1/255 grid, as decoded pixels are, short of black and white (auto_contrast)."""
+def unit_images(seed=0, shape=(3, 12, 16, 3)):
+  """Images on the 1/255 grid, as decoded pixels are, short of black and white (auto_contrast)."""
   return tf.constant(np.random.default_rng(seed).integers(40, 200, shape) / 255.0, tf.float32)
 
 
-def test_randaugment_operations_do_nothing_at_level_0_and_change_the_image_at_the_top():
-  image = unit_image()
+def test_randaugment_operations_do_nothing_at_level_0_and_change_each_image_at_the_top():
+  images = unit_images()
+  signs = tf.constant([-1.0, 1.0, -1.0])
   for name, op in augment.OPERATIONS:
-    for sign in (-1.0, 1.0):
-      top = op(image, 1.0, tf.constant(sign)).numpy()
-      assert top.shape == image.shape and np.isfinite(top).all(), name
-      assert np.abs(top - image.numpy()).max() > 0.05, (name, sign)
-      if name not in ("auto_contrast", "invert"):  # they have no strength
-        np.testing.assert_allclose(op(image, 0.0, tf.constant(sign)), image, atol=1e-5, err_msg=name)
+    top = op(images, 1.0, signs).numpy()
+    assert top.shape == images.shape and np.isfinite(top).all(), name
+    assert (np.abs(top - images.numpy()).max(axis=(1, 2, 3)) > 0.05).all(), name
+    # An image's result does not depend on the others in its batch.
+    np.testing.assert_allclose(top[1:2], op(images[1:2], 1.0, signs[1:2]), atol=1e-6, err_msg=name)
+    if name not in ("auto_contrast", "invert"):  # they have no strength
+      np.testing.assert_allclose(op(images, 0.0, signs), images, atol=1e-5, err_msg=name)
+  # A sign turns a geometric operation the other way: rotating a ramp (which bilinear sampling
+  # keeps exactly) by +30 then by -30 degrees gives it back in the middle.
+  rows, cols = np.mgrid[0:12, 0:16]
+  ramp = tf.constant(np.broadcast_to((0.2 + 0.02 * cols + 0.03 * rows)[None, ..., None], [1, 12, 16, 3]),
+                     tf.float32)
+  rotate = dict(augment.OPERATIONS)["rotate"]
+  back = rotate(rotate(ramp, 1.0, tf.constant([1.0])), 1.0, tf.constant([-1.0]))
+  np.testing.assert_allclose(back[0, 4:8, 6:10], ramp[0, 4:8, 6:10], atol=1e-4)
+
+
+def test_randaugment_gives_each_image_the_operations_it_drew():
+  images = unit_images(1, (16, 12, 16, 3))
+  seed = tf.constant([5, 0], tf.int64)
+  result = augment.rand_augment(images, 2, 10, seed).numpy()
+  # The same draws applied to one image at a time, in order.
+  layer_seeds = [augment._fold(augment._fold(seed, augment.RANDAUGMENT), layer) for layer in range(2)]
+  draws = [augment.draw_operations(16, s) for s in layer_seeds]
+  assert len({int(d) for drawn, _ in draws for d in drawn}) > 6  # many operations in one batch
+  for i in range(16):
+    image = images[i:i + 1]
+    for drawn, signs in draws:
+      if int(drawn[i]) != augment.UNCHANGED:
+        image = augment.OPERATIONS[int(drawn[i])][1](image, 1.0, signs[i:i + 1])
+      image = tf.clip_by_value(image, 0.0, 1.0)
+    np.testing.assert_allclose(result[i], image[0], atol=1e-6, err_msg=str(i))
 
 
 def test_randaugment_keeps_shape_dtype_and_range_and_is_seeded():
-  image = unit_image(1)
-  results = [augment.rand_augment(image, 3, 10, tf.constant([s, 0], tf.int64)) for s in range(8)]
+  images = unit_images(1)
+  results = [augment.rand_augment(images, 3, 10, tf.constant([s, 0], tf.int64)) for s in range(8)]
   for result in results:
-    assert result.shape == image.shape and result.dtype == tf.float32
+    assert result.shape == images.shape and result.dtype == tf.float32
     assert 0.0 <= result.numpy().min() and result.numpy().max() <= 1.0
-  again = augment.rand_augment(image, 3, 10, tf.constant([0, 0], tf.int64))
+  again = augment.rand_augment(images, 3, 10, tf.constant([0, 0], tf.int64))
   np.testing.assert_array_equal(again, results[0])
   assert len({r.numpy().tobytes() for r in results}) > 4  # other seeds, other operations
-  np.testing.assert_array_equal(augment.rand_augment(image, 0, 10, tf.constant([0, 0], tf.int64)), image)
+  np.testing.assert_array_equal(augment.rand_augment(images, 0, 10, tf.constant([0, 0], tf.int64)), images)
 
 
 def test_the_loss_takes_soft_labels_and_smooths_them_on_top():
