@@ -46,7 +46,8 @@ class Mixing:
 
 
 # RandAugment: images are a batch, float32 [B, H, W, 3] in [0, 1]; each operation takes (images,
-# level in [0, 1], signs +-1.0 float32 [B]) and leaves [0, 1]. Batched so that the pipeline pays an
+# level in [0, 1], signs +-1.0 float32 [B]) and leaves [0, 1] (bilinear sampling and the grey fill
+# of the geometric ones stay inside it). Batched so that the pipeline pays an
 # operation's overhead once a batch, not once an image (RandAugment per image was the input's cost).
 
 
@@ -60,7 +61,10 @@ def _blend(images, degenerate, factor):
 
 
 def _enhance(degenerate_fn, images, level, signs):
-  return _blend(images, degenerate_fn(images), _per_image(1.0 + signs * 0.9 * level))
+  # A factor above 1 moves pixels past [0, 1]: the one kind of operation (with solarize_add) that
+  # needs clipping.
+  return tf.clip_by_value(
+      _blend(images, degenerate_fn(images), _per_image(1.0 + signs * 0.9 * level)), 0.0, 1.0)
 
 
 def _smoothed(images):
@@ -105,7 +109,10 @@ def _auto_contrast(images, level, signs):
   del level, signs
   low = tf.reduce_min(images, axis=[1, 2], keepdims=True)
   high = tf.reduce_max(images, axis=[1, 2], keepdims=True)
-  return tf.where(high > low, (images - low) / tf.maximum(high - low, 1e-6), images)
+  # Each channel stretched to [0, 1]; a flat channel kept. Scale and offset per channel, so that the
+  # whole images see one multiply and one add.
+  scale = tf.where(high > low, 1.0 / tf.maximum(high - low, 1e-6), 1.0)
+  return images * scale + tf.where(high > low, -low * scale, 0.0)
 
 
 def _posterize(images, level, signs):
@@ -121,7 +128,7 @@ def _solarize(images, level, signs):
 
 def _solarize_add(images, level, signs):
   del signs
-  return tf.where(images < 128.0 / 255.0, images + 110.0 / 255.0 * level, images)
+  return tf.minimum(tf.where(images < 128.0 / 255.0, images + 110.0 / 255.0 * level, images), 1.0)
 
 
 def _grey(images):
@@ -175,7 +182,7 @@ def rand_augment(images, num_ops, magnitude, seed):
                for (_, op), group, group_sign in zip(OPERATIONS, groups, group_signs)]
     results.append(groups[UNCHANGED])
     shape = images.shape
-    images = tf.clip_by_value(tf.dynamic_stitch(places, results), 0.0, 1.0)
+    images = tf.dynamic_stitch(places, results)  # every operation leaves [0, 1]
     images.set_shape(shape)
   return images
 
