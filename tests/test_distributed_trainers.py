@@ -60,12 +60,13 @@ QUIET = {"summaries.scalars_every": 1, "summaries.images_every": 1000,
          "summaries.histograms_every": 1000, "summaries.activation_stats": False}
 
 
-def runs(steps):
+def runs(steps, one_call=True):
   """One device a step per call, the same in one call of up to 100 steps (a loss scalar only at
   the end, no call length from the speed), and two replicas."""
-  return {"one": ["one", {"train.steps_per_loop": 1}],
-          "one_call": ["one", {"summaries.scalars_every": steps, "train.seconds_per_loop": 0.0}],
-          "two": ["two", {}]}
+  found = {"one": ["one", {"train.steps_per_loop": 1}], "two": ["two", {}]}
+  if one_call:
+    found["one_call"] = ["one", {"summaries.scalars_every": steps, "train.seconds_per_loop": 0.0}]
+  return found
 
 
 def cadence(steps):
@@ -88,7 +89,9 @@ CASES = {
                       "finetune.unfreeze_last_blocks": 1, "model.dropout_rate": 0.0,
                       "model.hidden_dropout_rate": 0.0, "train.batch_size": 4,
                       "data.num_classes": 4, "data.synthetic_images_per_class": 6,
-                      "data.eval_batch_size": 8}), runs(3)],
+                      "data.eval_batch_size": 8}),
+                  # The call length is the loop's, shown on the two others: not Inception's third run.
+                  runs(3, one_call=False)],
 }
 
 
@@ -101,8 +104,9 @@ def test_two_replicas_follow_one_device_and_calls_of_any_length_train_the_same_w
   for name, trained in results.items():
     one = trained["one"]["losses"]
     assert len(one) == CASES[name][2]["train.num_steps"], (name, trained)
-    assert trained["one_call"]["losses"] == one[-1:], (name, trained)
-    assert trained["one_call"]["weights"] == trained["one"]["weights"], name
+    if "one_call" in trained:
+      assert trained["one_call"]["losses"] == one[-1:], (name, trained)
+      assert trained["one_call"]["weights"] == trained["one"]["weights"], name
     # Sums in another order: up to ~1e-4 apart after four steps on the textured synthetic scenes.
     np.testing.assert_allclose(trained["two"]["losses"], one, rtol=3e-4, err_msg=name)
   # The comparison can fail: mining within each replica's half is another loss from the first step.

@@ -116,6 +116,46 @@ def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, exports,
                                  "for the check"), result
 
 
+def test_onnx_without_tf2onnxs_copies_is_the_same_model_and_a_failing_pass_converts_again(exports, monkeypatch,
+                                                                                          tmp_path):
+  """export._onnx_model turns off tf2onnx's deep copy of the graph before each optimizer pass (a third
+  of Inception V4's conversion): the same operations and outputs (tf2onnx numbers its node names on
+  and orders equal nodes as it meets them, so no two conversions have the same bytes); a pass that
+  raises makes it convert again with the copies."""
+  import tf2onnx  # pylint: disable=g-import-not-at-top
+  saved_model, _ = exports("segmentation", "saved_model")
+  function = export.convertible(export.load("saved_model", saved_model))
+  images = tf.cast(tf.random.stateless_uniform([2, 40, 52, 3], [1, 2], maxval=256, dtype=tf.int32), tf.uint8)
+
+  def operations_and_outputs(model, name):
+    path = str(tmp_path / f"{name}.onnx")
+    with open(path, "wb") as f:
+      f.write(model.SerializeToString())
+    outputs = export.load("onnx", path)(images)
+    return sorted(node.op_type for node in model.graph.node), {k: v.numpy() for k, v in outputs.items()}
+
+  def assert_same(found, expected):
+    assert found[0] == expected[0]
+    assert found[1].keys() == expected[1].keys()
+    for name, value in expected[1].items():
+      np.testing.assert_array_equal(found[1][name], value, err_msg=name)
+
+  fast = operations_and_outputs(export._onnx_model(tf2onnx, function), "fast")
+  assert export.CATCH_ERRORS not in os.environ
+  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, function, copies=True), "copies"), fast)
+
+  class Failing(tf2onnx.optimizer.optimizer_base.GraphOptimizerBase):
+    runs = []
+
+    def _optimize(self, graph):
+      self.runs.append(os.environ.get(export.CATCH_ERRORS))
+      raise ValueError("a failing pass")
+
+  monkeypatch.setitem(tf2onnx.optimizer._optimizers, "failing", Failing)
+  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, function), "again"), fast)
+  assert Failing.runs[:2] == ["FALSE", None]  # raised without the copies, skipped with them
+
+
 @pytest.mark.parametrize("trainer, fmt", CONVERSIONS)
 def test_another_image_size_and_a_batch_of_three_give_predicts_outputs(exports, trainer, fmt):
   """predict --saved_model runs the SavedModel's serving signature on each photo as it is: the export

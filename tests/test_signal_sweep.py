@@ -19,8 +19,8 @@ from helpers import REPO_ROOT
 # (command, SIGTERM moments). The handling is common/'s: segmentation is swept more finely, triplet
 # (its extra moment: the initial evaluation) more coarsely. Each moment costs a run and its rerun.
 COMMANDS = {
-    "segmentation": (["-m", "segmentation.train", "--config=configs/segmentation.py:smoke"], 5),
-    "triplet": (["-m", "triplet.train", "--config=configs/triplet.py:smoke"], 4),
+    "segmentation": (["-m", "segmentation.train", "--config=configs/segmentation.py:smoke"], 4),
+    "triplet": (["-m", "triplet.train", "--config=configs/triplet.py:smoke"], 3),
 }
 SIGINT_AT = (0.4,)  # fractions of the run (Ctrl-C takes the same path as SIGTERM: one moment)
 
