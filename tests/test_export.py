@@ -89,7 +89,7 @@ def exports(runs, tmp_path_factory):
 
 
 # Inception V4 at its smoke size (75x75, its smallest): 1.5 min for LiteRT (7.5 GB resident at the
-# peak), 2-2.5 min for ONNX (tf2onnx's graph optimizer: 13.5 GB resident at the peak).
+# peak), about 1 min for ONNX quiet (10.7 GB resident at the peak; README, Exports).
 CONVERSIONS = [*[(trainer, fmt) for trainer in ("segmentation", "triplet") for fmt in ("onnx", "litert")],
                *[pytest.param("inception_v4", fmt, marks=pytest.mark.slow) for fmt in ("onnx", "litert")]]
 

@@ -108,7 +108,7 @@ ADAPTATIONS = {
         "slower on a CPU); 2 steps show the preset builds, trains, evaluates and exports",
         append=("--config.mixed_precision=False",) + TWO_STEPS),
     "python -m segmentation.train --config=configs/segmentation.py:scenes": Skip(REAL_DATA.format(
-        "600 steps", "tests/test_real_segmentation.py")),
+        "1,200 steps", "tests/test_real_segmentation.py")),
     "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy": Skip(
         REAL_DATA.format("800 steps", "tests/test_real_segmentation.py")),
     "python -m segmentation.evaluate --config=configs/segmentation.py": Run(
