@@ -44,6 +44,41 @@ def pytest_collection_modifyitems(items):
   items.sort(key=rank)
 
 
+# What the full suite holds on disk at its peak (pytest.ini removes a passed test's tmp_path, and
+# module_tmp a test file's folders, as each ends): the session's shared runs and two files' Inception V4
+# runs and exports. Measured 2026-12-05 (a quiet full run, the basetemp's size every second).
+DISK_NEEDED_GB = 5
+
+
+def pytest_sessionstart(session):
+  """One line, before anything runs, when the temporary folder's disk has less free than the suite
+  needs: a full disk otherwise shows as hundreds of errors from whichever test wrote next."""
+  if hasattr(session.config, "workerinput"):
+    return  # the xdist controller says it once
+  folder = session.config._tmp_path_factory.getbasetemp()  # pylint: disable=protected-access
+  free_gb = shutil.disk_usage(folder).free / 1e9
+  if free_gb < DISK_NEEDED_GB:
+    session.config.get_terminal_writer().line(
+        f"only {free_gb:.1f} GB free on the disk of {folder}: the full suite writes up to "
+        f"{DISK_NEEDED_GB} GB there at once (set TMPDIR or --basetemp to a larger disk)", red=True, bold=True)
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory):
+  """mktemp(name) for the folders a test file's module fixtures share, removed when the file's tests
+  end (an Inception V4 run or export is over a GB; tmp_path_factory's own folders stay until the
+  session ends)."""
+  made = []
+
+  def mktemp(name):
+    made.append(tmp_path_factory.mktemp(name))
+    return made[-1]
+
+  yield mktemp
+  for folder in made:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def float32_policy():
   """Mixed-precision tests set a global policy; every test starts and ends with float32. A test

@@ -49,16 +49,16 @@ class Runs(dict):
   """{trainer: workdir} with the smoke preset's config.json and a checkpoint of its untrained model,
   each written when a test first asks for it (Inception V4's only by the slow tests)."""
 
-  def __init__(self, tmp_path_factory, inception_run):
+  def __init__(self, mktemp, inception_run):
     super().__init__()
-    self.tmp_path_factory = tmp_path_factory
+    self.mktemp = mktemp
     self.inception_run = inception_run
 
   def __missing__(self, trainer):
     if trainer == "inception_v4":
       self[trainer] = str(self.inception_run()[0])
       return self[trainer]
-    workdir = str(self.tmp_path_factory.mktemp(trainer))
+    workdir = str(self.mktemp(trainer))
     config = helpers.make_config(trainer, "smoke")
     config_lib.write_config(config, workdir)
     tf.keras.utils.set_random_seed(0)  # the same weights in every session
@@ -69,19 +69,19 @@ class Runs(dict):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, inception_random_run):
-  return Runs(tmp_path_factory, inception_random_run)
+def runs(module_tmp, inception_random_run):
+  return Runs(module_tmp, inception_random_run)
 
 
 @pytest.fixture(scope="module")
-def exports(runs, tmp_path_factory):
+def exports(runs, module_tmp):
   """exports(trainer, fmt) -> (its output path, export.export's result): each export of a run made
   once, when a test first asks for it, into a folder of its own."""
   made = {}
 
   def export_of(trainer, fmt):
     if (trainer, fmt) not in made:
-      output = str(tmp_path_factory.mktemp(f"{trainer}_{fmt}") / (f"model{export.SUFFIX[fmt]}" if fmt in export.SUFFIX else "saved_model"))
+      output = str(module_tmp(f"{trainer}_{fmt}") / (f"model{export.SUFFIX[fmt]}" if fmt in export.SUFFIX else "saved_model"))
       made[trainer, fmt] = output, export.export(runs[trainer], fmt, output)
     return made[trainer, fmt]
 

@@ -60,14 +60,14 @@ def checkpoint_files(folder):
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory):
+def published(module_tmp):
   """(tarball, its sha256, its size): random weights under the names and shapes of the checkpoint
   TF-Slim itself wrote (tests/data/inception_v4_slim_variables.tsv), 609 with global_step."""
   rng = np.random.default_rng(0)
   tensors = {name: rng.standard_normal(shape, dtype=np.float32)
              for name, shape in read_fixture_shapes().items()}
   tensors["global_step"] = np.int64(0)
-  path = make_tarball(tmp_path_factory.mktemp("published") / NAME, tensors)
+  path = make_tarball(module_tmp("published") / NAME, tensors)
   sha256 = fetch_lib.hashlib.sha256(path.read_bytes()).hexdigest()
   return path, sha256, path.stat().st_size
 

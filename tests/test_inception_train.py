@@ -92,9 +92,9 @@ def slim_checkpoint_path(slim_inception_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def finetune_run(tmp_path_factory, slim_checkpoint_path):
+def finetune_run(module_tmp, slim_checkpoint_path):
   """Phase 1 alone from the stand-in TF-Slim checkpoint, then phase 2 resumed."""
-  root = tmp_path_factory.mktemp("finetune")
+  root = module_tmp("finetune")
   config = finetune_config(HEAD_STEPS)
   config.checkpoint_path = slim_checkpoint_path
   reader = tf.train.load_checkpoint(config.checkpoint_path)

@@ -161,11 +161,11 @@ def test_segmentation_writes_every_good_photos_masks_and_names_each_bad_one(tmp_
 
 
 @pytest.fixture(scope="module")
-def inception_run(tmp_path_factory, inception_smoke_checkpoint):
+def inception_run(module_tmp, inception_smoke_checkpoint):
   """An Inception V4 run as fine-tuning from a TF-Slim checkpoint leaves it (its BatchNorm layers
   restored, so no calibration), untrained: config.json, labels.txt, a checkpoint (a copy of the
   session's, tests/conftest.py: the smoke preset's network seeded 0)."""
-  workdir = tmp_path_factory.mktemp("inception")
+  workdir = module_tmp("inception")
   config = helpers.make_config("inception_v4", "smoke", checkpoint_path="inception_v4.ckpt")
   names = [f"breed_{i}" for i in range(config.data.num_classes)]
   config_lib.write_config(config, str(workdir))

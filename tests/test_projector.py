@@ -26,9 +26,9 @@ from triplet import train
 
 
 @pytest.fixture(scope="module")
-def triplet_run(tmp_path_factory):
+def triplet_run(module_tmp):
   """(runs folder, workdir, config) of a smoke run that evaluates at steps 10 and 20."""
-  runs = tmp_path_factory.mktemp("runs")
+  runs = module_tmp("runs")
   config = helpers.make_config("triplet", "smoke", **{"train.eval_every": 10})
   train.train_and_evaluate(config, str(runs / "triplet"))
   return runs, runs / "triplet", config

@@ -371,8 +371,8 @@ def stderr_tail(stderr):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, slim_inception_checkpoint):
-  return Workspace(tmp_path_factory.mktemp("readme"), slim_inception_checkpoint)
+def workspace(module_tmp, slim_inception_checkpoint):
+  return Workspace(module_tmp("readme"), slim_inception_checkpoint)
 
 
 @pytest.mark.slow

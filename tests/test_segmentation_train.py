@@ -36,10 +36,10 @@ def smoke_config(**overrides):
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
+def smoke_run(module_tmp):
   """The smoke preset trained to step 20, then resumed to its 30 steps: (config, workdir, first
   results, final results), shared by the tests that read a finished run."""
-  workdir = tmp_path_factory.mktemp("smoke")
+  workdir = module_tmp("smoke")
   config = smoke_config(**{"train.num_steps": 20})
   first = train.train_and_evaluate(config, str(workdir))
   config.train.num_steps = 30

@@ -37,11 +37,11 @@ def values_by_name(model):
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
+def source(module_tmp):
   """A randomly initialized 1001-class model with its slim-named checkpoint."""
   model = build(seed=1)
   perturb_batch_norm(model, np.random.default_rng(1))
-  directory = tmp_path_factory.mktemp("slim")
+  directory = module_tmp("slim")
   path = slim_checkpoint.write_slim_checkpoint(model, str(directory / "model.ckpt-7"), 7)
   return model, path
 

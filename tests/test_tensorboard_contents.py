@@ -44,10 +44,10 @@ def post_json(url, request):
 
 
 @pytest.fixture(scope="module")
-def segmentation_run(tmp_path_factory):
+def segmentation_run(module_tmp):
   """(runs folder, its one workdir, config, results) of a short segmentation run, its config from a
   command line parsed as the trainer's is (the HParams show what it set)."""
-  runs = tmp_path_factory.mktemp("runs")
+  runs = module_tmp("runs")
   # Fewer steps than summaries.images_every: the training images still come, at the evaluation.
   argv = ["segmentation.train", f"--config={helpers.REPO_ROOT}/configs/segmentation.py:smoke",
           "--config.train.num_steps=10", "--config.summaries.images_every=1000",
