@@ -156,11 +156,15 @@ def _float_nodes(nodes, renamed):
       _float_attr(value, renamed)
 
 
-def convertible(serve, image_size=None):
-  """A tf.function of uint8 images [None, H, W, 3] (H, W: image_size or any) -> the signature's
-  numeric outputs, with variables frozen and every uint8 or float64 operation done in float32."""
-  spec = tf.TensorSpec([None, *(image_size or (None, None)), 3], tf.uint8, name="images")
-  traced = tf.function(lambda images: serve(images=images)).get_concrete_function(spec)
+def _images_spec(image_size):
+  return tf.TensorSpec([None, *(image_size or (None, None)), 3], tf.uint8, name="images")
+
+
+def _float32_graph(serve, image_size):
+  """(the frozen graph of the signature `serve` on images [None, H, W, 3] (H, W: image_size or any),
+  every uint8 or float64 operation done in float32; its images input; {output name: tensor name} of
+  its numeric outputs)."""
+  traced = tf.function(lambda images: serve(images=images)).get_concrete_function(_images_spec(image_size))
   frozen = convert_to_constants.convert_variables_to_constants_v2(traced)
   graph_def = frozen.graph.as_graph_def()
   # New names: the frozen (uint8) functions are registered already.
@@ -175,25 +179,52 @@ def convertible(serve, image_size=None):
       function.attr.pop(key, None)
   names = {name: tensor.name for name, tensor in zip(sorted(traced.structured_outputs), frozen.outputs)
            if tensor.dtype != tf.string}
+  return graph_def, frozen.inputs[0].name, names
+
+
+def convertible(serve, image_size=None):
+  """A tf.function of uint8 images [None, H, W, 3] (H, W: image_size or any) -> the signature's
+  numeric outputs, with variables frozen and every uint8 or float64 operation done in float32."""
+  graph_def, images, names = _float32_graph(serve, image_size)
   imported = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
   graph = imported.graph
-  pruned = imported.prune(graph.get_tensor_by_name(frozen.inputs[0].name),
+  pruned = imported.prune(graph.get_tensor_by_name(images),
                           {name: graph.get_tensor_by_name(tensor) for name, tensor in names.items()})
-  function = tf.function(lambda images: pruned(tf.cast(images, tf.float32)), input_signature=[spec])
+  function = tf.function(lambda images: pruned(tf.cast(images, tf.float32)),
+                         input_signature=[_images_spec(image_size)])
   function.keep = (imported, pruned)  # the graph the function calls lives as long as it
   return function
 
 
-def _onnx_model(tf2onnx, function, copies=False):
-  """tf2onnx's conversion of `function`. tf2onnx deep-copies the whole graph before each pass of its
-  optimizer, so that a pass that raises can be skipped: 38 of Inception V4's 110 s. Without the
-  copies (its TF2ONNX_CATCH_ERRORS variable set) a pass that raises ends the conversion, which then
-  runs again with them."""
+def onnx_graph(serve, image_size=None):
+  """(graph, its input, {output name: tensor name}) for tf2onnx: _float32_graph's graph taking the uint8
+  images, cast to float32 inside. tf2onnx converts the frozen graph as it is: from a tf.function it
+  would freeze and inline it again (18 of Inception V4's 41 s)."""
+  graph_def, images, names = _float32_graph(serve, image_size)
+  placeholder = images.split(":")[0]
+  as_float32 = placeholder + "/as_float32"
+  for node in graph_def.node:
+    node.input[:] = [as_float32 if name in (placeholder, images) else name for name in node.input]
+  next(node for node in graph_def.node if node.name == placeholder).attr["dtype"].type = types_pb2.DT_UINT8
+  cast = graph_def.node.add(name=as_float32, op="Cast", input=[placeholder])
+  cast.attr["SrcT"].type = types_pb2.DT_UINT8
+  cast.attr["DstT"].type = types_pb2.DT_FLOAT
+  return graph_def, images, names
+
+
+def _onnx_model(tf2onnx, graph, copies=False):
+  """tf2onnx's conversion of onnx_graph's `graph` (its images input named `images`, its outputs by
+  their names). tf2onnx deep-copies the whole graph before each pass of its optimizer, so that a pass
+  that raises can be skipped: 38 of Inception V4's 110 s. Without the copies (its TF2ONNX_CATCH_ERRORS
+  variable set) a pass that raises ends the conversion, which then runs again with them."""
+  graph_def, images, names = graph
   saved = os.environ.pop(CATCH_ERRORS, None)
   if not copies:
     os.environ[CATCH_ERRORS] = "FALSE"
   try:
-    return tf2onnx.convert.from_function(function, function.input_signature)[0]
+    return tf2onnx.convert.from_graph_def(
+        graph_def, input_names=[images], output_names=list(names.values()),
+        tensors_to_rename={images: "images", **{tensor: name for name, tensor in names.items()}})[0]
   except signals.Interrupted:
     raise
   except Exception:  # pylint: disable=broad-except
@@ -204,20 +235,20 @@ def _onnx_model(tf2onnx, function, copies=False):
     os.environ.pop(CATCH_ERRORS, None)
     if saved is not None:
       os.environ[CATCH_ERRORS] = saved
-  return _onnx_model(tf2onnx, function, copies=True)
+  return _onnx_model(tf2onnx, graph, copies=True)
 
 
 def convert(serve, fmt, path, image_size=None, quantize=None, representative=(), metadata=None):
   """Writes the signature `serve` as `fmt` into `path`, with `metadata` ({name: text}) in the
   model's own metadata: ONNX's metadata_props, the LiteRT flatbuffer's metadata entries."""
-  function = convertible(serve, image_size)
   if fmt == "onnx":
-    model = _onnx_model(require(fmt)[0], function)
+    model = _onnx_model(require(fmt)[0], onnx_graph(serve, image_size))
     for name, text in (metadata or {}).items():
       model.metadata_props.add(key=name, value=text)
     with open(path, "wb") as f:
       f.write(model.SerializeToString())
     return
+  function = convertible(serve, image_size)
   module = tf.Module()
   module.serve = function
   with tempfile.TemporaryDirectory() as scratch:

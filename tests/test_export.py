@@ -89,7 +89,7 @@ def exports(runs, module_tmp):
 
 
 # Inception V4 at its smoke size (75x75, its smallest): 1.5 min for LiteRT (7.5 GB resident at the
-# peak), about 1 min for ONNX quiet (10.7 GB resident at the peak; README, Exports).
+# peak), under 1 min for ONNX quiet (9.6 GB resident at the peak; README, Exports).
 CONVERSIONS = [*[(trainer, fmt) for trainer in ("segmentation", "triplet") for fmt in ("onnx", "litert")],
                *[pytest.param("inception_v4", fmt, marks=pytest.mark.slow) for fmt in ("onnx", "litert")]]
 
@@ -124,7 +124,7 @@ def test_onnx_without_tf2onnxs_copies_is_the_same_model_and_a_failing_pass_conve
   raises makes it convert again with the copies."""
   import tf2onnx  # pylint: disable=g-import-not-at-top
   saved_model, _ = exports("segmentation", "saved_model")
-  function = export.convertible(export.load("saved_model", saved_model))
+  graph = export.onnx_graph(export.load("saved_model", saved_model))
   images = tf.cast(tf.random.stateless_uniform([2, 40, 52, 3], [1, 2], maxval=256, dtype=tf.int32), tf.uint8)
 
   def operations_and_outputs(model, name):
@@ -140,9 +140,9 @@ def test_onnx_without_tf2onnxs_copies_is_the_same_model_and_a_failing_pass_conve
     for name, value in expected[1].items():
       np.testing.assert_array_equal(found[1][name], value, err_msg=name)
 
-  fast = operations_and_outputs(export._onnx_model(tf2onnx, function), "fast")
+  fast = operations_and_outputs(export._onnx_model(tf2onnx, graph), "fast")
   assert export.CATCH_ERRORS not in os.environ
-  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, function, copies=True), "copies"), fast)
+  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, graph, copies=True), "copies"), fast)
 
   class Failing(tf2onnx.optimizer.optimizer_base.GraphOptimizerBase):
     runs = []
@@ -152,7 +152,7 @@ def test_onnx_without_tf2onnxs_copies_is_the_same_model_and_a_failing_pass_conve
       raise ValueError("a failing pass")
 
   monkeypatch.setitem(tf2onnx.optimizer._optimizers, "failing", Failing)
-  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, function), "again"), fast)
+  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, graph), "again"), fast)
   assert Failing.runs[:2] == ["FALSE", None]  # raised without the copies, skipped with them
 
 
