@@ -5,6 +5,7 @@ from common.contract import config as config_lib
 from common.runtime import hardware
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
+from common.training import train_step
 
 
 def prepare_run(config, workdir=None, work="training"):
@@ -22,6 +23,8 @@ def prepare_run(config, workdir=None, work="training"):
   hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth, work)
   # Before any op: MultiWorkerMirroredStrategy configures the collective ops at start-up.
   strategy = hardware.make_strategy(config.distribution.strategy)
+  if work == "training":
+    train_step.check_jit_compile(config, strategy)
   signals.reclaim()  # a multi-worker runtime has just taken SIGTERM over
   hardware.set_determinism(config.seed, config.deterministic)
   keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")

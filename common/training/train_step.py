@@ -8,7 +8,32 @@ import math
 
 import tensorflow as tf
 
+from common.contract.errors import ConfigError
 from common.training import calibration
+from common.training import distributed
+
+# The keys whose True puts a collective into the forward pass: BatchNorm's statistics over every
+# replica, triplet mining over every replica's embeddings.
+_FORWARD_COLLECTIVES = ("model.sync_batch_norm", "loss.cross_replica_mining")
+
+
+def check_jit_compile(config, strategy):
+  """Refuses train.jit_compile=True where it cannot compile, before anything is read: on several
+  replicas that are not all GPUs, with a collective in the forward pass. XLA compiles each replica's
+  forward and backward pass (make_train_step), and TensorFlow runs a collective inside such a
+  compiled function on GPU replicas only (elsewhere it needs a merge_call, which cannot run there)."""
+  if not config.train.jit_compile or strategy.num_replicas_in_sync == 1:
+    return
+  devices = distributed.step_devices(strategy)
+  if all(tf.DeviceSpec.from_string(d).device_type == "GPU" for d in devices):
+    return
+  for key in _FORWARD_COLLECTIVES:
+    section, name = key.split(".")
+    if config.get(section, {}).get(name):
+      raise ConfigError(
+          f"train.jit_compile=True with {key}=True on {strategy.num_replicas_in_sync} replicas that are "
+          f"not all GPUs ({', '.join(devices)}): XLA compiles each replica's forward pass, and TensorFlow "
+          f"compiles its collective there on GPUs only; set train.jit_compile=False or {key}=False")
 
 
 def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compile=False,
@@ -58,10 +83,18 @@ def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compi
       sums = found if sums is None else tf.nest.map_structure(tf.add, sums, found)
     return tf.nest.map_structure(lambda t: t / accumulate_steps, sums)
 
+  compute = accumulated if accumulate_steps > 1 else gradients
+  # XLA compiles the work of one device: with several replicas, each replica's forward and backward
+  # pass, whose variables are its own device's; the all-reduce and the update stay in the step's
+  # graph (one XLA cluster around strategy.run would read every replica's BatchNorm statistics
+  # from the first device: "Trying to access resource ... located in device").
+  if jit_compile and replicas > 1:
+    compute = tf.function(compute, jit_compile=True)
+
   def replica_step(batch):
     context = tf.distribute.get_replica_context()
     saved_statistics = [tf.identity(v) for v in statistics]
-    loss, metrics, regularization, grads = (accumulated if accumulate_steps > 1 else gradients)(batch)
+    loss, metrics, regularization, grads = compute(batch)
     total = loss + regularization
     if replicas > 1:
       grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
@@ -90,7 +123,7 @@ def make_train_step(model, optimizer, loss_fn, strategy, clipnorm=0.0, jit_compi
     out.update(metrics)
     return out
 
-  @tf.function(jit_compile=jit_compile)
+  @tf.function(jit_compile=jit_compile and replicas == 1)
   def train_step(batch):
     per_replica = strategy.run(replica_step, args=(batch,))
     return {name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
