@@ -1,10 +1,8 @@
 """What the trainers' commands share: their command lines, the end of a training run (the loop,
 the export, the closing lines) and the whole evaluation command."""
-import atexit
 import contextlib
 import json
 import os
-import sys
 import tempfile
 
 from absl import logging
@@ -50,13 +48,7 @@ def train_and_export(config, workdir, *, strategy, model, phases, task, headline
     print(f"worker {hardware.worker_index(strategy)} of {hardware.num_workers(strategy)} is not the "
           f"chief: the chief prints the run's figures and writes its outputs in {os.path.abspath(workdir)}",
           flush=True)
-    # Gone before the chief, which hosts TensorFlow's coordination service: a worker still tearing
-    # TensorFlow down when the chief has left logs its failed heartbeat as a crash (StartAbort). The
-    # exit handlers run (AutoGraph's temporary files, the logs), TensorFlow's slow teardown does not.
-    atexit._run_exitfuncs()  # pylint: disable=protected-access
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # pylint: disable=protected-access
+  distributed.leave_together(strategy)  # with several workers, the process ends here
   return results
 
 

@@ -6,6 +6,7 @@ a plain, checkpointable one (a DistributedIterator cannot be saved); each
 worker keeps its own input positions beside the chief's collective checkpoint.
 Cluster decides, once a run, what one or several workers do differently.
 """
+import atexit
 import contextlib
 import glob
 import hashlib
@@ -13,7 +14,9 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
+import time
 
 from absl import logging
 import tensorflow as tf
@@ -273,6 +276,41 @@ def _leave_after_the_chief(strategy):
     coordination.set_config_key_value(_CHIEF_THROUGH, "1")
   else:
     coordination.get_config_key_value(_CHIEF_THROUGH, timeout_in_ms=120_000)
+
+
+_LEAVING = "reference_trainers/leaving/worker"
+# After the others' word, before the chief's exit: the time each of them has left between its word
+# and its own exit (microseconds, unless the machine stalls it).
+_GRACE_S = 1.0
+
+
+def leave_together(strategy):
+  """With several workers, ends this process once its outputs are written (nothing alone): the other
+  workers first, the chief, which hosts TensorFlow's coordination service, right after them.
+
+  Whichever process outlives the others by TensorFlow's heartbeat timeout (10 s) logs their exit as
+  a crash ("BaseCollectiveExecutor::StartAbort UNAVAILABLE ... The tasks have crashed"), and a
+  worker's interpreter teardown alone can take longer under load. So no worker tears TensorFlow down:
+  each runs its exit handlers (AutoGraph's temporary files, the logs), says in the key-value store that
+  it leaves and exits at once; the chief waits for every word, then exits as promptly (exit code 0:
+  every output is written, a later signal finds nothing to stop)."""
+  workers = hardware.num_workers(strategy)
+  if workers == 1:
+    return
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
+  coordination = context.context()
+  if hardware.is_chief(strategy):
+    try:
+      for index in range(1, workers):
+        coordination.get_config_key_value(f"{_LEAVING}{index}", timeout_in_ms=60_000)
+      time.sleep(_GRACE_S)
+    except tf.errors.OpError as e:  # a worker that failed after the run's outputs: nothing left to save
+      logging.warning("not every worker said it leaves: %s", str(e).splitlines()[0])
+  else:
+    coordination.set_config_key_value(f"{_LEAVING}{hardware.worker_index(strategy)}", "1")
+  os._exit(0)  # pylint: disable=protected-access
 
 
 @contextlib.contextmanager
