@@ -156,6 +156,9 @@ SURFACES.update({
         "signals": (None, "at start-up", "after the last safe point"),
     },
 })
+# Issue 50, workers:
+for _command in TRAIN:
+  SURFACES[_command]["several workers"] += ("train.jit_compile with a collective in the forward pass off GPUs",)
 
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
@@ -708,4 +711,9 @@ ROWS = [
      "tests/test_gpu_warning.py::test_check_gpu_without_gpu_exits_1"),
     (CHECK_GPU, "the GPU and TensorFlow's build", "no kernels for it", "result: no usable GPU", 1,
      "tests/test_gpu_warning.py::test_check_gpu_prints_the_fix_and_exits_1"),
+
+    # Issue 50, workers:
+    (TRAIN, "several workers", "train.jit_compile with a collective in the forward pass off GPUs",
+     "compiles its collective there on GPUs only", 2,
+     "tests/test_distributed.py::test_two_replicas_with_xla_match_two_without_or_are_refused_in_one_line"),
 ]

@@ -1,5 +1,6 @@
 """tf.distribute: the loop on two replicas (two logical CPUs) matches one device at the same global batch,
 and two replicas compiled with XLA (train.jit_compile) match two without."""
+import re
 import textwrap
 
 import pytest
@@ -53,6 +54,16 @@ SCRIPT = textwrap.dedent("""
     with_xla = sys.argv[4] == "xla"
     two_replicas = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     if with_xla:
+      # A collective in the forward pass cannot compile on CPU replicas: refused at start-up.
+      from common.app import cli
+      from common.training import train_step
+      from tests.helpers import make_config
+      for trainer, key in (("segmentation", "model.sync_batch_norm"), ("triplet", "loss.cross_replica_mining")):
+        try:
+          cli.run_guarded(train_step.check_jit_compile, make_config(trainer, **{"train.jit_compile": True, key: True}),
+                          two_replicas)
+        except SystemExit as e:
+          print("EXIT", e.code)
       one, two = run(two_replicas, sys.argv[1] + "/two", False), run(two_replicas, sys.argv[1] + "/xla", True)
     else:
       one, two = run(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1] + "/one"), run(two_replicas, sys.argv[1] + "/two")
@@ -65,20 +76,28 @@ SCRIPT = textwrap.dedent("""
 def test_two_replicas_match_one_device(tmp_path, ema_decay, accumulate_steps):
   # Clipping is on (optimizer.clipnorm=1.0): it must see the gradient of the whole batch. The
   # weight average and micro-batches of 2 per replica are computed alike on every replica.
-  assert largest_difference(tmp_path, ema_decay, accumulate_steps, "one_device") < 1e-5
+  assert run_script(tmp_path, ema_decay, accumulate_steps, "one_device")[1] < 1e-5
 
 
 @pytest.mark.slow
-def test_two_replicas_with_xla_match_two_without(tmp_path):
+def test_two_replicas_with_xla_match_two_without_or_are_refused_in_one_line(tmp_path):
   # XLA compiles each replica's forward and backward pass on its device (one cluster around both
   # replicas read the second one's BatchNorm statistics from the first device: InvalidArgumentError).
-  assert largest_difference(tmp_path, 0.0, 1, "xla") < 1e-5
+  result, difference = run_script(tmp_path, 0.0, 1, "xla")
+  assert difference < 1e-5
+  # Synchronized BatchNorm or cross-replica mining put a collective there: one line each, exit 2.
+  assert re.findall(r"^EXIT (\d+)$", result.stdout, re.M) == ["2", "2"], result.stdout
+  errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 2, result.stderr[-3000:]
+  for line, key in zip(errors, ("model.sync_batch_norm", "loss.cross_replica_mining")):
+    assert line.startswith(f"error: train.jit_compile=True with {key}=True on 2 replicas that are not all GPUs")
+    assert line.endswith(f"compiles its collective there on GPUs only; set train.jit_compile=False or {key}=False")
 
 
-def largest_difference(tmp_path, ema_decay, accumulate_steps, compared):
-  """The largest difference of a weight (BatchNorm's statistics too) between the script's two runs."""
+def run_script(tmp_path, ema_decay, accumulate_steps, compared):
+  """The script's result, and the largest difference of a weight (BatchNorm's statistics too) between its two runs."""
   result = run_python(["-c", SCRIPT, str(tmp_path), str(ema_decay), str(accumulate_steps), compared], timeout=600)
   lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT")]
   assert lines, result.stderr[-3000:]
   print(compared, "largest difference of a weight:", lines[0].split()[1])
-  return float(lines[0].split()[1])
+  return result, float(lines[0].split()[1])
