@@ -5,8 +5,8 @@ can arrive while a function is being traced, a checkpoint written or a SavedMode
 without a traceback, and it is never lost (AutoGraph swallowed exceptions raised inside a trace).
 The safe points: the CLI after start-up, the loop before training and after each compiled call
 (which saves first), the evaluation before each batch, the export before it starts and after it
-ends. A second signal of the same kind exits at once with 128 + N, as a kill would: checkpoints
-are written so that a killed run resumes exactly.
+ends. A second signal of the same kind (_REPEAT_S or more after the first) exits at once with
+128 + N, as a kill would: checkpoints are written so that a killed run resumes exactly.
 
 Python runs a handler only once the main thread is back in the interpreter, which a compiled call
 can keep from it for minutes. So the signals are also read by a watcher thread, from the wake-up
