@@ -12,6 +12,8 @@ PRESETS = {
     "scenes": "whole images whose objects are larger than a patch (VOC-like photos)",
 }
 
+CPU_PRESET = "default"  # what a preset in mixed precision is told to take on a CPU (common/app/cli.py)
+
 
 def get_config(preset=None):
   config = base_config("segmentation")

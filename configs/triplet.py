@@ -13,6 +13,8 @@ PRESETS = {
     "few": "small for 6-10 training identities of handwriting-like images: no flips, soft margin, cosine",
 }
 
+CPU_PRESET = "small"  # what a preset in mixed precision is told to take on a CPU (common/app/cli.py)
+
 
 def get_config(preset=None):
   config = base_config("triplet")

@@ -159,6 +159,11 @@ SURFACES.update({
 # Issue 50, workers:
 for _command in TRAIN:
   SURFACES[_command]["several workers"] += ("train.jit_compile with a collective in the forward pass off GPUs",)
+# Issue 50, signals:
+for _command in TRAIN:
+  SURFACES[_command]["signals"] += ("inside a compiled call of minutes", "a second signal inside a compiled "
+                                    "call of minutes", "the same signal twice within half a second")
+  SURFACES[_command]["config values"] += ("sized for a GPU, run on a CPU",)
 
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
@@ -716,4 +721,17 @@ ROWS = [
     (TRAIN, "several workers", "train.jit_compile with a collective in the forward pass off GPUs",
      "compiles its collective there on GPUs only", 2,
      "tests/test_distributed.py::test_two_replicas_with_xla_match_two_without_or_are_refused_in_one_line"),
+    # Issue 50, signals: a call that holds the main thread for minutes (a CPU step of a GPU preset, a
+    # first trace) is said every 30 s, and so is what a first signal waits for; a second exits at once.
+    (TRAIN, "signals", "inside a compiled call of minutes",
+     ("SIGINT: the run writes a checkpoint and stops when the compiled call of steps 3 ", "running for 30 s",
+      "interrupted by SIGTERM at step "), 143,
+     "tests/test_signals_long_call.py::test_a_long_compiled_call_says_what_a_signal_waits_for_and_a_second_exits_at_once"),
+    (TRAIN, "signals", "a second signal inside a compiled call of minutes", "second SIGINT: exiting now", 130,
+     "tests/test_signals_long_call.py::test_a_long_compiled_call_says_what_a_signal_waits_for_and_a_second_exits_at_once"),
+    (TRAIN, "signals", "the same signal twice within half a second", ("signals._REPEAT_S", "# the same signal"),
+     130, "tests/test_workdir.py::test_a_second_signal_exits_at_once"),
+    (TRAIN, "config values", "sized for a GPU, run on a CPU",
+     ("mixed precision without a GPU", "on a CPU take --config=configs/segmentation.py:default or "), 0,
+     "tests/test_gpu_warning.py::test_a_gpu_preset_on_a_cpu_says_what_it_costs_and_the_cpu_preset"),
 ]

@@ -7,6 +7,7 @@ import pytest
 from common.contract import config as config_lib
 from common.runtime import hardware
 from common.app import startup
+from helpers import REPO_ROOT
 from scripts import check_gpu
 
 KERNELS = dict(hardware.RELEASE_KERNELS)
@@ -125,3 +126,28 @@ def test_diagnose_gpu(gpu, build, usable, words):
   assert diagnosis.usable == usable
   assert words in diagnosis.message
   assert ("fix: " in diagnosis.message) == bool(diagnosis.fix)
+
+
+@pytest.mark.parametrize("argv,gpus,advice", [
+    (["--config=configs/segmentation.py:gtx960m"], [],
+     "on a CPU take --config=configs/segmentation.py:default or --config.mixed_precision=False"),
+    (["--config=configs/segmentation.py", "--config.mixed_precision=True"], [],
+     "on a CPU take --config.mixed_precision=False"),  # the CPU preset already
+    (["--config=configs/segmentation.py:gtx960m"], [RTX_3060_IN_TF], None),
+], ids=["gpu_preset_on_a_cpu", "cpu_preset_in_mixed_precision", "gpu_preset_on_a_gpu"])
+def test_a_gpu_preset_on_a_cpu_says_what_it_costs_and_the_cpu_preset(fake_machine, caplog, monkeypatch,
+                                                                     argv, gpus, advice):
+  fake_machine(CUDA_2_21, gpus)
+  monkeypatch.chdir(REPO_ROOT)
+  monkeypatch.setattr("sys.argv", ["segmentation/train.py", *argv])
+  config = config_lib.base_config()
+  config.mixed_precision = True
+  with caplog.at_level(logging.INFO):
+    startup.prepare_run(config)
+  lines = [r.getMessage() for r in caplog.records if "mixed precision without a GPU" in r.getMessage()]
+  if advice is None:
+    assert not lines
+  else:
+    [line] = lines
+    assert "40-80 s a step on 2 cores, 10 s in float32, and the first step traces too" in line
+    assert line.endswith(advice), line

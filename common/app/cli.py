@@ -219,12 +219,29 @@ def help_text(argv):
     path = (config_args[-1] if config_args else _config_default[0]).split(":")[0]
     lines += ["  --config.<key>=<value>: any field of the config file, e.g. --config.train.num_steps=100 "
               "(--helpfull lists them all)", "", f"presets of {path} (--config={path}:<preset>):"]
-    spec = importlib.util.spec_from_file_location("config_for_help", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _config_module(path)
     width = max(map(len, module.PRESETS))
     lines += [f"  {name:<{width}}  {description}" for name, description in module.PRESETS.items()]
   return "\n".join(lines)
+
+
+def _config_module(path):
+  """The config file at `path`, loaded as a module (its PRESETS, CPU_PRESET)."""
+  spec = importlib.util.spec_from_file_location("config_module", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def cpu_advice():
+  """What a run in mixed precision without a GPU is advised to take instead: the CPU preset its
+  config file names (CPU_PRESET) unless the command line chose it, and plain float32."""
+  config_args = _config_file_args(sys.argv)
+  spec = config_args[-1].split("=", 1)[1] if config_args else "".join(_config_default[:1])
+  path, _, preset = spec.partition(":")
+  cpu = getattr(_config_module(path), "CPU_PRESET", "") if os.path.isfile(path) else ""
+  return (f"--config={path}:{cpu} or " if cpu not in ("", preset or "default") else "") + \
+      "--config.mixed_precision=False"
 
 
 def _quiet_tensorflow_info(record):

@@ -1,6 +1,8 @@
 """The start of every run: the shared config check, the workdir, devices, determinism, precision."""
+from absl import logging
 import keras
 
+from common.app import cli
 from common.contract import config as config_lib
 from common.runtime import hardware
 from common.runtime import signals
@@ -21,6 +23,8 @@ def prepare_run(config, workdir=None, work="training"):
   if workdir is not None:
     workdir_lib.check_writable(workdir)
   hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth, work)
+  if config.mixed_precision and work == "training" and not hardware.list_tf_gpus():
+    logging.warning("%s", hardware.MIXED_PRECISION_ON_CPU + cli.cpu_advice())
   # Before any op: MultiWorkerMirroredStrategy configures the collective ops at start-up.
   strategy = hardware.make_strategy(config.distribution.strategy)
   if work == "training":

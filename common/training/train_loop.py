@@ -227,6 +227,7 @@ def _actions(run, phase, phase_end, watchdog):
   return [
       Action(progress.add),
       Action(progress.log, every=(train_cfg.log_every,), at=(phase_end,)),
+      Action(progress.say_if_quiet),
       Action(write_train_scalars, every=(run.config.summaries.scalars_every,)),
       *summaries.heavy_actions(train_cfg.eval_every, run.total_steps),
       # Before each evaluation too, so that a failing or interrupted one loses no step.
@@ -267,18 +268,6 @@ def _close_run(run, wall_time_s, command_line, workdir):
   return results
 
 
-def _call_length(train_cfg, seconds_per_step):
-  """This worker's length of the next call: at most train.steps_per_loop steps, and no more than
-  fill train.seconds_per_loop (so that a signal is honoured soon after it arrives, however slow the
-  step); one step while the speed is unknown (the first call, which traces). With several workers
-  the smallest of theirs is taken (Cluster.call_length). Where calls end does not change the weights."""
-  if not train_cfg.seconds_per_loop:
-    return train_cfg.steps_per_loop
-  if seconds_per_step is None:
-    return 1
-  return max(1, min(train_cfg.steps_per_loop, int(train_cfg.seconds_per_loop / seconds_per_step)))
-
-
 class _CompiledCalls:
   """A phase's compiled calls (make_train_loop), and what each call's results say before any
   action runs: the skipped non-finite steps (counted, each named; too many in a row stop the run)
@@ -305,15 +294,19 @@ class _CompiledCalls:
     first if it was signalled, so that the call tells them."""
     cluster = self._run.cluster
     cluster.flag_signal()
-    self._proposal = _call_length(self._run.config.train, self._seconds_per_step)
+    self._proposal = actions_lib.call_length(self._run.config.train, self._seconds_per_step)
     return cluster.call_length(self._proposal, self._agreed)
 
   def run(self, end):
     """Runs the steps up to `end` in one compiled call (fewer if it stops at non-finite steps);
     returns the actions' Call."""
     first, started = self.step, time.monotonic()
+    steps = f"steps {first + 1} to {end}" if end > first + 1 else f"step {end}"
+    what = f"the compiled call of {steps}" if self._traced else f"the first compiled call ({steps}, traced first)"
+    expected = self._seconds_per_step and self._seconds_per_step * (end - first)  # None: unknown yet
     try:
-      with self._run.profile.marking(first + 1):
+      with self._run.profile.marking(first + 1), signals_lib.running(what, expected,
+                                                                     "writes a checkpoint and stops"):
         out = self._loop(tf.constant(end - first, tf.int32), tf.constant(self.consecutive, tf.int32),
                          tf.constant(self._proposal, tf.int32))
         rows = out["metrics"].numpy()  # the one read of the call's metrics
