@@ -11,6 +11,7 @@ from PIL import Image
 import pytest
 
 from common.app import predict as predict_lib
+from common.contract import config as config_lib
 import helpers
 from inception_finetune import predict as inception_predict
 from segmentation import data as segmentation_data
@@ -119,6 +120,20 @@ def test_a_folder_with_an_oversize_photo_predicts_the_others_and_names_it(tmp_pa
   assert len(lines) == 3 and lines[-1] == ("error: all 2 photos are over --max_pixels (each named above); "
                                            "nothing was written"), lines
   assert not (tmp_path / "none").exists()
+
+
+def test_a_large_photos_overlay_is_drawn_within_its_box(tmp_path, monkeypatch):
+  """Windowed predict of a photo larger than the overlay's box: the class ids at the photo's size,
+  the overlay (photo and prediction side by side) fitted into the box."""
+  config, run = segmentation_run(tmp_path)
+  for key, value in (("eval.window", 64), ("eval.stride", 48)):
+    config_lib.set_value(config, key, value)
+  monkeypatch.setattr(segmentation_predict, "OVERLAY_SIDE", 300)
+  segmentation_predict.predict_files([photo(tmp_path / "p.png", size=(200, 400))], str(tmp_path / "out"), config,
+                                     workdir=run)
+  with Image.open(tmp_path / "out" / "p_classes.png") as ids, Image.open(tmp_path / "out" / "p_overlay.png") as overlay:
+    # Two panels of 300 (not 400) side by side, and a small gap.
+    assert ids.size == (400, 200) and 600 <= overlay.size[0] < 700, overlay.size
 
 
 def test_only_the_photos_own_outputs_are_left_out_of_a_folder():

@@ -94,9 +94,16 @@ def test_streamed_class_ids_are_the_argmax_of_the_whole_photos_logits():
     inference = inference_lib.Inference(window=window, stride=stride, flip=flip, max_pixels=4096)
     assert inference.streams
     whole = logits(forward, image, window=window, stride=stride, flip=flip, max_pixels=4096)[0]
-    streamed = inference_lib.streamed_class_ids(task_lib.make_predict_fn(forward, inference),
-                                                image.numpy()[0], inference)
+    seen, predict = [], task_lib.make_predict_fn(forward, inference)
+
+    def strip_logits(strip):
+      seen.append(tuple(strip.shape))
+      return predict(strip)
+
+    streamed = inference_lib.streamed_class_ids(strip_logits, image.numpy()[0], inference)
     assert streamed.shape == (37, 53) and streamed.dtype == np.uint8
+    # The network's function saw strips of a window's rows (the photo's, when lower), never the photo.
+    assert sorted(set(seen)) == [(1, min(window, 37), 53, 3)], seen
     top2 = np.sort(whole, axis=-1)[..., -2:]
     clear = top2[..., 1] - top2[..., 0] > 1e-4  # float sums in another order may swap a tie
     assert clear.mean() > 0.95, (window, stride)
