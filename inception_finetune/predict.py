@@ -82,6 +82,7 @@ def classify(paths, config, *, workdir=None, saved_model=None, top_k=5, output=N
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
   photos = predict_lib.Photos(predict_lib.photo_paths(paths, max_pixels), max_pixels)
+  predict_lib.check_new([output], "--output")
   with predict_lib.checked_paths(saved_model, {"--output": predict_lib.folder_of(output)}):
     probabilities, names = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)
     rows = []
@@ -107,5 +108,5 @@ if __name__ == "__main__":
   _CONFIG, _WORKDIR, _SAVED_MODEL, _MAX_PIXELS = predict_lib.define_flags(
       "inception_finetune", "configs/inception_v4.py", "runs/inception_v4")
   _TOP_K = flags.DEFINE_integer("top_k", 5, "How many classes to show per photo.")
-  _OUTPUT = flags.DEFINE_string("output", None, "Also write the table as CSV here.")
+  _OUTPUT = flags.DEFINE_string("output", None, "Also write the table as CSV here (a new file).")
   cli.run(main)

@@ -13,6 +13,8 @@ serving signature, which stays a whole-image graph).
 """
 import dataclasses
 
+from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from common.contract import config as config_lib
@@ -39,6 +41,12 @@ class Inference:
   flip: bool = False
   scales: tuple = (1.0,)
   max_pixels: int = 4096 * 2048
+
+  @property
+  def streams(self):
+    """Whether a photo's class ids can be computed a strip of windows at a time (streamed_class_ids):
+    windows without rescaling (a rescaled photo's logits are resized back as a whole)."""
+    return bool(self.window) and self.scales == (1.0,)
 
   def windows_per_call(self, batch=1):
     """The windows one call of the network takes from a batch of images: as many as max_pixels holds,
@@ -132,3 +140,30 @@ def sliding_logits(forward, images, inference):
                           [size]) for starts_1d, size in ((rows, padded_h), (cols, padded_w))]
   total /= (counts[0][:, None] * counts[1][None, :])[:, :, None, None]
   return tf.transpose(total[:height, :width], [2, 0, 1, 3])
+
+
+def streamed_class_ids(logits, image, inference):
+  """uint8 class ids [H, W] of one uint8 photo [H, W, 3], as the argmax of image_logits in windows
+  gives them, computed a strip of inference.window rows at a time (inference.streams): logits(strip)
+  is image_logits of the strip [1, window, W, 3] (one row of windows, flipped too with eval.flip),
+  and the strips' logits are summed where they overlap. Held: one strip's logits (window x W x
+  classes floats), never the photo's. A pixel's sum and its average (the sum over its count of
+  windows) have the same argmax, so no count is kept."""
+  height, window = image.shape[0], inference.window
+  starts = window_starts(max(height, window), window, inference.stride).numpy()
+  class_ids = np.empty(image.shape[:2], np.uint8)
+  every = max(len(starts) // 10, 16)  # a line every tenth of a large photo
+  total, top = None, 0  # the sums of rows top.. (those a later strip may still add to)
+  for k, start in enumerate(starts):
+    strip = logits(tf.convert_to_tensor(image[None, start:start + window]))[0].numpy()
+    if total is None:
+      total = strip
+    else:  # rows above this strip are done: their ids out, the sum moves down
+      done = start - top
+      class_ids[top:start] = np.argmax(total[:done], axis=-1)
+      total = np.concatenate([total[done:], np.zeros_like(total[:done])]) + strip
+    top = start
+    if (k + 1) % every == 0:
+      logging.info("rows %d of %d predicted", start, height)
+  class_ids[top:] = np.argmax(total, axis=-1)
+  return class_ids

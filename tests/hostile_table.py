@@ -165,6 +165,14 @@ for _command in TRAIN:
                                     "call of minutes", "the same signal twice within half a second")
   SURFACES[_command]["config values"] += ("sized for a GPU, run on a CPU",)
 
+# Issue 50, predict:
+SURFACES[f"{SEG}.predict"]["--output_dir"] += ("the user's files under its output names", "two photos of one name stem",
+                                               "the photos' own folder, twice")
+SURFACES[f"{TRI}.predict"]["--embed_to, --output"] += ("the user's file there",)
+SURFACES[f"{INC}.predict"]["--output"] += ("the user's file there",)
+SURFACES[f"{SEG}.predict"]["photos"] += ("too large, among good ones", "16-100 Mpixel with eval.window")
+PREDICT_OUTPUTS = "tests/test_predict_outputs.py::"
+
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
 SKIPPED = "tests/test_bad_inputs.py::test_skip_bad_files_names_and_counts_the_skipped_files"
@@ -734,4 +742,24 @@ ROWS = [
     (TRAIN, "config values", "sized for a GPU, run on a CPU",
      ("mixed precision without a GPU", "on a CPU take --config=configs/segmentation.py:default or "), 0,
      "tests/test_gpu_warning.py::test_a_gpu_preset_on_a_cpu_says_what_it_costs_and_the_cpu_preset"),
+    # Issue 50, predict:
+    (f"{SEG}.predict", "--output_dir", "the user's files under its output names",
+     ("exists; predict never replaces a file it did not make", "img00_mask.png", "digests(path)"), 2,
+     PREDICT_OUTPUTS + "test_the_issues_command_lines_leave_the_users_files_as_they_were"),
+    (f"{SEG}.predict", "--output_dir", "two photos of one name stem",
+     ("would both write", "a/img.jpg", "b/img.jpg"), 2,
+     PREDICT_OUTPUTS + "test_the_issues_command_lines_leave_the_users_files_as_they_were"),
+    (f"{SEG}.predict", "--output_dir", "the photos' own folder, twice",
+     ("not 36: the 9 outputs were not read as photos", "exists_line(folder / \"p0_mask.png\")"), 2,
+     PREDICT_OUTPUTS + "test_predict_never_writes_over_a_file_or_reads_its_own_outputs"),
+    ((f"{TRI}.predict", f"{INC}.predict"), ("--embed_to, --output", "--output"), "the user's file there",
+     ('exists_line(kept / "e.npy", "--embed_to")', 'exists_line(kept / "f.tsv", "--embed_to")',
+      'exists_line(kept / "top.csv", "--output")'), 2,
+     PREDICT_OUTPUTS + "test_predict_never_writes_over_a_file_or_reads_its_own_outputs"),
+    (f"{SEG}.predict", "photos", "too large, among good ones",
+     ("more than --max_pixels=8,388,608", "photos did not read (each named above); the masks of the other 1"), 2,
+     PREDICT_OUTPUTS + "test_a_folder_with_an_oversize_photo_predicts_the_others_and_names_it"),
+    (f"{SEG}.predict", "photos", "16-100 Mpixel with eval.window",
+     ("streamed_class_ids", "never the photo"), 0,
+     INFERENCE + "test_streamed_class_ids_are_the_argmax_of_the_whole_photos_logits"),
 ]

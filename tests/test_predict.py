@@ -341,9 +341,10 @@ def over_max_pixels(path, size, pixels, bound, tiles=""):
 def test_a_photo_over_max_pixels_is_one_line_for_every_predict_before_the_model_loads(tmp_path, capsys,
                                                                                         monkeypatch):
   """A 12000x12000 photo, over PIL's own bound (whose DecompressionBombWarning no command lets out),
-  beside a good one: every predict refuses it from its header before the model loads (a stand-in
-  that would not load), by --max_pixels (segmentation's default data.eval_max_pixels, the others'
-  PIL's bound), and makes nothing. The bound takes the place of PIL's: a photo under it is read."""
+  given alone (among others it is named and left out: test_a_folder_with_an_oversize_photo_...):
+  every predict refuses it from its header before the model loads (a stand-in that would not load),
+  by --max_pixels (segmentation's default data.eval_max_pixels, the others' PIL's bound), and makes
+  nothing. The bound takes the place of PIL's: a photo under it is read."""
   huge, gallery, out = tmp_path / "huge.png", tmp_path / "gallery", tmp_path / "out"
   Image.new("1", (12000, 12000)).save(huge)  # 1 bit a pixel: quick to write
   gallery.mkdir()
@@ -352,20 +353,20 @@ def test_a_photo_over_max_pixels_is_one_line_for_every_predict_before_the_model_
   saved_model = stand_in_saved_model(tmp_path)
   triplet = helpers.make_config("triplet", "smoke")
   cases = [  # (the call, its line)
-      (lambda: segmentation_predict.predict_files([photo, str(huge)], str(out / "masks"),
+      (lambda: segmentation_predict.predict_files([str(huge)], str(out / "masks"),
                                                   helpers.make_config("segmentation", "smoke"),
                                                   saved_model=saved_model),
        over_max_pixels(huge, "12000x12000", "144,000,000", "8,388,608",
                        ", or set eval.window to evaluate it in tiles")),
-      (lambda: inception_predict.classify([photo, str(huge)], helpers.make_config("inception_v4", "smoke"),
+      (lambda: inception_predict.classify([str(huge)], helpers.make_config("inception_v4", "smoke"),
                                           saved_model=saved_model, output=str(out / "top.csv")),
        over_max_pixels(huge, "12000x12000", "144,000,000", "89,478,485")),
-      (lambda: triplet_predict.run([photo, str(huge)], triplet, saved_model=saved_model,
+      (lambda: triplet_predict.run([str(huge)], triplet, saved_model=saved_model,
                                    embed_path=str(out / "e.npy")),
        over_max_pixels(huge, "12000x12000", "144,000,000", "89,478,485")),
       (lambda: triplet_predict.run([photo], triplet, saved_model=saved_model, gallery=str(gallery)),
        over_max_pixels(gallery / "huge.png", "12000x12000", "144,000,000", "89,478,485")),
-      (lambda: triplet_predict.run([photo, photo], triplet, saved_model=saved_model, compare_two=True,
+      (lambda: triplet_predict.run([photo], triplet, saved_model=saved_model, embed_path=str(out / "e.npy"),
                                    max_pixels=3000),
        over_max_pixels(photo, "48x64", "3,072", "3,000")),
   ]
@@ -390,9 +391,9 @@ def test_every_predict_command_has_max_pixels_and_no_pil_warning_reaches_the_use
   Image.new("1", (12000, 12000)).save(huge)
   Image.new("RGB", (60, 100)).save(small)
   for args, said in (
-      (["inception_finetune.predict", f"--output={tmp_path / 'out' / 'top.csv'}", str(small), str(huge)],
+      (["inception_finetune.predict", f"--output={tmp_path / 'out' / 'top.csv'}", str(huge)],
        over_max_pixels(huge, "12000x12000", "144,000,000", "89,478,485")),
-      (["triplet.predict", "--max_pixels=5000", "--compare", str(small), str(small)],
+      (["triplet.predict", "--max_pixels=5000", f"--embed_to={tmp_path / 'out' / 'e.npy'}", str(small)],
        over_max_pixels(small, "100x60", "6,000", "5,000"))):
     result = helpers.run_python(["-m", args[0], f"--saved_model={saved_model}", *args[1:]])
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

@@ -85,6 +85,32 @@ def test_flip_is_undone_and_averaged_and_scales_come_back_to_the_images_size():
   np.testing.assert_allclose(scaled, logits(pointwise, uniform), atol=1e-5)
 
 
+def test_streamed_class_ids_are_the_argmax_of_the_whole_photos_logits():
+  """Predict's strips of windows (streamed_class_ids: one strip's logits held, not the photo's) give
+  each pixel the class of the averaged logits of every window over it: overlapping strips, the last
+  aligned to the edge, a photo lower than a window, flipped too."""
+  forward, image = smoke_forward(), random_images(1, 37, 53, seed=3)
+  for window, stride, flip in ((16, 5, False), (16, 16, True), (24, 7, True), (64, 8, False)):
+    inference = inference_lib.Inference(window=window, stride=stride, flip=flip, max_pixels=4096)
+    assert inference.streams
+    whole = logits(forward, image, window=window, stride=stride, flip=flip, max_pixels=4096)[0]
+    seen, predict = [], task_lib.make_predict_fn(forward, inference)
+
+    def strip_logits(strip):
+      seen.append(tuple(strip.shape))
+      return predict(strip)
+
+    streamed = inference_lib.streamed_class_ids(strip_logits, image.numpy()[0], inference)
+    assert streamed.shape == (37, 53) and streamed.dtype == np.uint8
+    # The network's function saw strips of a window's rows (the photo's, when lower), never the photo.
+    assert sorted(set(seen)) == [(1, min(window, 37), 53, 3)], seen
+    top2 = np.sort(whole, axis=-1)[..., -2:]
+    clear = top2[..., 1] - top2[..., 0] > 1e-4  # float sums in another order may swap a tie
+    assert clear.mean() > 0.95, (window, stride)
+    np.testing.assert_array_equal(streamed[clear], whole.argmax(-1)[clear])
+  assert not inference_lib.Inference(window=16, stride=8, scales=(1.0, 1.5)).streams
+
+
 @pytest.mark.parametrize("overrides,line", [
     ({"eval.window": -1}, "eval.window=-1 must be an integer >= 0"),
     ({"eval.window": 32}, "eval.stride=0 must be in [1, eval.window=32]"),
@@ -120,4 +146,4 @@ def test_a_photo_over_eval_max_pixels_is_refused_naming_eval_window_and_tiled_wi
   tiled = predict_lib.load_workdir(run, config, data_lib.read_settings(config.data, for_training=False),
                                    inference_lib.Inference(window=32, stride=24, max_pixels=1024))
   with Image.open(tmp_path / "masks" / "wide_mask.png") as mask:
-    np.testing.assert_array_equal(np.asarray(mask), tiled(pixels)[0][0].numpy())  # 70x90: the photo's size
+    np.testing.assert_array_equal(np.asarray(mask), tiled(pixels.numpy()[0])[0])  # 70x90: the photo's size

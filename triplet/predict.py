@@ -149,11 +149,16 @@ def verdict(distance, threshold):
   return "?" if threshold is None else "same" if distance < threshold else "different"
 
 
+def index_path(output):
+  """The index beside embed_to's .npy: the same name ending .tsv."""
+  return os.path.splitext(output)[0] + ".tsv"
+
+
 def embed_to(embedder, photos, output):
   """Writes output (.npy) and its index, output with .tsv for .npy: row and file of each embedding."""
   embeddings = embed_all(embedder, photos)
   paths = [photos.paths[i] for i in photos.read]
-  index = os.path.splitext(output)[0] + ".tsv"
+  index = index_path(output)
   try:
     with workdir_lib.writing(output, flag="--embed_to"):
       np.save(output, embeddings)
@@ -224,6 +229,8 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
                       "for this name)")
   gallery_paths = predict_lib.photo_paths([gallery], max_pixels) if gallery else []
   photos = predict_lib.Photos(gallery_paths + paths, max_pixels)
+  predict_lib.check_new([embed_path, embed_path and index_path(embed_path)], "--embed_to")
+  predict_lib.check_new([output], "--output")
   with predict_lib.checked_paths(saved_model, {"--embed_to": predict_lib.folder_of(embed_path),
                                                "--output": predict_lib.folder_of(output)}):
     embedder = load_saved_model(saved_model) if saved_model else load_workdir(workdir, config)

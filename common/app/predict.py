@@ -1,8 +1,9 @@
 """What the trainers' predict commands share: their flags, the model they read (a run's best weights,
 else its newest checkpoint, with the run's config.json; or a SavedModel), the photos (listed from
-folders, bounded by --max_pixels, read as a viewer shows them, a bad file one line as in training and
-left out) and the table they print and write as CSV. Nothing is written but where the user's flags
-say, and a command that stops before writing there leaves no folder it made."""
+folders, bounded by --max_pixels, read as a viewer shows them, a bad or oversize file one line as in
+training and left out) and the table they print and write as CSV. Nothing is written but where the
+user's flags say, never over a file that exists (check_new), and a command that stops before writing
+there leaves no folder it made."""
 import contextlib
 import csv
 import os
@@ -12,6 +13,7 @@ from absl import logging
 
 from common.app import cli
 from common.contract.errors import DataError
+from common.contract.errors import WorkdirError
 from common.data import photos
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
@@ -51,28 +53,62 @@ def load_saved_model(path, outputs, trainer):
   return checkpoints.load_saved_model(path, outputs, trainer)
 
 
-def photo_paths(args, max_pixels=None, tiles_key=None):
-  """The photo files of the command's arguments (a folder: its photos), each one's pixels checked
-  from its header against max_pixels (default photos.MAX_PIXELS) before the model loads: a photo
-  over it is the command's one line (naming tiles_key, the config key that would tile it)."""
-  paths = photos.photo_paths(args)
+def photo_paths(args, max_pixels=None, tiles_key=None, outputs=()):
+  """The photo files of the command's arguments (a folder: its photos, less the files named as its
+  photos' outputs: a name stem of one of them and a suffix of `outputs`), each one's pixels checked
+  from its header against max_pixels (default photos.MAX_PIXELS) before the model loads: a lone
+  photo over it is the command's one line (naming tiles_key, the config key that would tile it);
+  among others, Photos names it and goes on, unless all are over it."""
+  paths = _without_outputs(photos.photo_paths(args), outputs)
+  over = []
   for path in paths:
-    photos.check_pixels(path, max_pixels, tiles_key)
+    try:
+      photos.check_pixels(path, max_pixels, tiles_key)
+    except DataError as e:
+      if len(paths) == 1:
+        raise
+      over.append(str(e))
+  if over and len(over) == len(paths):
+    for line in over:
+      cli.print_error(line)
+    raise DataError(f"all {len(paths)} photos are over --max_pixels (each named above); nothing was written")
   return paths
+
+
+def _without_outputs(paths, outputs):
+  """paths less those named <stem><output suffix> beside a photo of that stem (a command's outputs,
+  written into the photos' folder by an earlier run), which are logged."""
+  stems = {os.path.splitext(path)[0] for path in paths}
+  kept = [path for path in paths if not any(path.endswith(suffix) and path[:-len(suffix)] in stems
+                                            for suffix in outputs)]
+  if len(kept) < len(paths):
+    logging.warning("left out %d files named as the outputs of photos beside them (their %s), e.g. %s",
+                    len(paths) - len(kept), ", ".join(outputs), next(p for p in paths if p not in kept))
+  return kept
+
+
+def check_new(paths, flag):
+  """One line, before the model loads, when one of the files a command is to write (paths, given by
+  flag) exists: predict never writes over a file it did not make in this run (a user's, or an
+  earlier run's)."""
+  for path in paths:
+    if path and os.path.lexists(path):
+      raise WorkdirError(f"{path} exists; predict never replaces a file it did not make: choose another "
+                         f"{flag}, or move the file away")
 
 
 class Photos:
   """The photos of photo_paths, read one at a time as a viewer shows them (EXIF orientation applied).
 
-  A photo that does not read (missing, not an image, cut short) is named in an `error:` line when met
+  A photo that does not read (missing, not an image, cut short, over max_pixels) is named in an `error:` line when met
   and left out, so that the others still get their results; the command then gives them and calls
   finish(), which ends it with exit code 2 saying how many were done. When no photo reads the
   reading stops there (the one photo's own line when it was one). Before each photo a signal stops
   the command (a safe point), with what written(photos read so far) says.
   """
 
-  def __init__(self, paths, max_pixels=None, written=lambda done: "nothing was written"):
-    self.paths, self._max_pixels, self._written = paths, max_pixels, written
+  def __init__(self, paths, max_pixels=None, written=lambda done: "nothing was written", tiles_key=None):
+    self.paths, self._max_pixels, self._written, self._tiles_key = paths, max_pixels, written, tiles_key
     self.read = []  # the positions in paths of the photos that read
 
   def __iter__(self):
@@ -81,7 +117,7 @@ class Photos:
     for position, path in enumerate(self.paths):
       signals.check(f"after {position} of {len(self.paths)} photos; {self._written_so_far()}")
       try:
-        image, orientation = photos.read_photo(path, self._max_pixels)
+        image, orientation = photos.read_photo(path, self._max_pixels, self._tiles_key)
       except DataError as e:
         if len(self.paths) == 1:  # a count would only repeat its line
           raise
@@ -129,6 +165,7 @@ def show_table(header, rows, output=None, flag="--output"):
   widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
   print("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells), flush=True)
   if output:
-    with workdir_lib.writing(output, flag=flag), open(output, "w", newline="", encoding="utf-8") as f:
+    # "x": a new file (check_new), not one made meanwhile by another command.
+    with workdir_lib.writing(output, flag=flag), open(output, "x", newline="", encoding="utf-8") as f:
       csv.writer(f).writerows([header] + [list(row) for row in rows])
     logging.info("wrote %s", output)

@@ -39,11 +39,11 @@ def check_pixels(path, max_pixels=None, tiles_key=None):
                                  tiles_key=tiles_key)
 
 
-def read_photo(path, max_pixels=None):
+def read_photo(path, max_pixels=None, tiles_key=None):
   """(uint8 [height, width, 3] as a viewer shows the photo, its EXIF orientation: 1 when shown as
   stored). A file that does not decode is the one line the training checks give; one over
-  max_pixels the line of check_pixels."""
-  check_pixels(path, max_pixels)
+  max_pixels the line of check_pixels (naming tiles_key)."""
+  check_pixels(path, max_pixels, tiles_key)
   with _without_pils_bound(), image_checks.decoded_image(path) as img:
     orientation = int(img.getexif().get(ExifTags.Base.Orientation, 1))
     shown = ImageOps.exif_transpose(img)
