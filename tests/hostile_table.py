@@ -157,6 +157,13 @@ SURFACES.update({
     },
 })
 
+# Issue 50, rows:
+SURFACES[f"{TRI}.predict"]["metrics.json"] += ("eval of another type",)
+SURFACES[f"{TRI}.predict"]["--threshold_from (an export's JSON)"] += ("no export's JSON", "a threshold at or below 0")
+SURFACES[EXPORT]["--saved_model"] += ("other outputs under the run's trainer",)
+SURFACES[EXPORT]["--output"] += ("an earlier export's name without its JSON", "a file at <output>.json no export wrote")
+SURFACES[EXPORT]["the run's threshold (triplet)"] = (None, "at or below 0")
+
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
 SKIPPED = "tests/test_bad_inputs.py::test_skip_bad_files_names_and_counts_the_skipped_files"
@@ -708,4 +715,18 @@ ROWS = [
      "tests/test_gpu_warning.py::test_check_gpu_without_gpu_exits_1"),
     (CHECK_GPU, "the GPU and TensorFlow's build", "no kernels for it", "result: no usable GPU", 1,
      "tests/test_gpu_warning.py::test_check_gpu_prints_the_fix_and_exits_1"),
+
+    # Issue 50, rows:
+    (f"{TRI}.predict", "metrics.json", "eval of another type", "not an evaluation's record; pass --threshold", 0,
+     HOSTILE + "test_a_triplet_threshold_that_serves_no_verification_is_said_by_export_and_predict"),
+    (f"{TRI}.predict", "--threshold_from (an export's JSON)", ("no export's JSON", "a threshold at or below 0"),
+     ("is no export's JSON (its ", "below every distance: no pair would be the same"), 2,
+     HOSTILE + "test_a_triplet_threshold_that_serves_no_verification_is_said_by_export_and_predict"),
+    (EXPORT, "the run's threshold (triplet)", "at or below 0", "carries its run's verification threshold, which", 0,
+     HOSTILE + "test_a_triplet_threshold_that_serves_no_verification_is_said_by_export_and_predict"),
+    (EXPORT, "--saved_model", "other outputs under the run's trainer", "gives embeddings, not logits", 2,
+     HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
+    (EXPORT, "--output", ("an earlier export's name without its JSON", "a file at <output>.json no export wrote"),
+     "does not say {foreign} is an earlier onnx export", 2,
+     HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
 ]
