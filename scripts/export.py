@@ -287,6 +287,7 @@ def load(fmt, path):
     serve = lambda images: loaded.signatures["serving_default"](images=images)
     constants = loaded.signatures.get(export_lib.CONSTANTS_SIGNATURE)  # triplet's threshold, its step
     serve.constants = {name: value.numpy().item() for name, value in constants().items()} if constants else {}
+    serve.outputs = tuple(loaded.signatures["serving_default"].structured_outputs)
     return serve
   if fmt == "onnx":
     onnxruntime = require(fmt)[1]
@@ -382,9 +383,11 @@ def _export(workdir, fmt, output, saved_model, image_size, quantize):
     compared_with = (reference_path if saved_model or reference_path != converted_path
                      else "a SavedModel of the same weights, made for the check")
     about = {"trainer": task.name, "format": fmt, **converted.constants}
+    export_lib.warn_of_constants(converted.constants, output)
     before = Comparison(reference, None, image_size,
                         keep_images=REPRESENTATIVE_IMAGES if quantize == "int8" else 0)
-    metrics_before = evaluate(task, before)
+    with export_lib.reading_outputs(converted_path, converted.outputs):
+      metrics_before = evaluate(task, before)
     signals.check("")
     # Written whole into a folder of its own beside the output, then renamed: a failed export leaves
     # nothing, and what is removed is only ever this command's own folder.
@@ -467,12 +470,9 @@ def check_output(output, fmt, workdir):
     raise ExportError(f"--output={output} is inside {os.path.relpath(parent, run)}/, a folder of the "
                       f"run {workdir}; write beside the run's files, e.g. "
                       f"{os.path.join(workdir, 'model' + SUFFIX.get(fmt, ''))}")
-  if os.path.lexists(path) and not (fmt in SUFFIX and path.endswith(SUFFIX[fmt])):
-    kept = f"a name ending {SUFFIX[fmt]}" if fmt in SUFFIX else "a saved_model is written into a new folder"
-    raise ExportError(f"--output={output} exists and is not an earlier {fmt} export ({kept}); name a new path")
-  if fmt in SUFFIX and os.path.lexists(path + ".json") and not os.path.isfile(path + ".json"):
-    raise ExportError(f"--output={output}: {output}.json, where the export's JSON goes, is a folder or a "
-                      "broken link; an export never replaces it: move it or name another --output")
+  problem = export_lib.replaced(output, fmt, SUFFIX.get(fmt))
+  if problem:
+    raise ExportError(f"--output={output}{problem}")
   return path
 
 

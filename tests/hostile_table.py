@@ -173,6 +173,13 @@ SURFACES[f"{INC}.predict"]["--output"] += ("the user's file there",)
 SURFACES[f"{SEG}.predict"]["photos"] += ("too large, among good ones", "16-100 Mpixel with eval.window")
 PREDICT_OUTPUTS = "tests/test_predict_outputs.py::"
 
+# Issue 50, rows:
+SURFACES[f"{TRI}.predict"]["metrics.json"] += ("eval of another type",)
+SURFACES[f"{TRI}.predict"]["--threshold_from (an export's JSON)"] += ("no export's JSON", "a threshold at or below 0")
+SURFACES[EXPORT]["--saved_model"] += ("other outputs under the run's trainer",)
+SURFACES[EXPORT]["--output"] += ("an earlier export's name without its JSON", "a file at <output>.json no export wrote")
+SURFACES[EXPORT]["the run's threshold (triplet)"] = (None, "at or below 0")
+
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
 SKIPPED = "tests/test_bad_inputs.py::test_skip_bad_files_names_and_counts_the_skipped_files"
@@ -762,4 +769,17 @@ ROWS = [
     (f"{SEG}.predict", "photos", "16-100 Mpixel with eval.window",
      ("streamed_class_ids", "never the photo"), 0,
      INFERENCE + "test_streamed_class_ids_are_the_argmax_of_the_whole_photos_logits"),
+    # Issue 50, rows:
+    (f"{TRI}.predict", "metrics.json", "eval of another type", "not an evaluation's record; pass --threshold", 0,
+     HOSTILE + "test_a_triplet_threshold_that_serves_no_verification_is_said_by_export_and_predict"),
+    (f"{TRI}.predict", "--threshold_from (an export's JSON)", ("no export's JSON", "a threshold at or below 0"),
+     ("is no export's JSON (its ", "below every distance: no pair would be the same"), 2,
+     HOSTILE + "test_a_triplet_threshold_that_serves_no_verification_is_said_by_export_and_predict"),
+    (EXPORT, "the run's threshold (triplet)", "at or below 0", "carries its run's verification threshold, which", 0,
+     HOSTILE + "test_a_triplet_threshold_that_serves_no_verification_is_said_by_export_and_predict"),
+    (EXPORT, "--saved_model", "other outputs under the run's trainer", "gives embeddings, not logits", 2,
+     HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
+    (EXPORT, "--output", ("an earlier export's name without its JSON", "a file at <output>.json no export wrote"),
+     "does not say {foreign} is an earlier onnx export", 2,
+     HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
 ]

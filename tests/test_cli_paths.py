@@ -148,6 +148,8 @@ def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_ref
     (run / folder).mkdir(parents=True)
   for name in ("config.json", "model.onnx", "model.tflite"):
     (run / name).write_text("{}")
+  for name, fmt in (("model.onnx", "onnx"), ("model.tflite", "litert")):  # earlier exports, their JSON says
+    (run / f"{name}.json").write_text(f'{{"trainer": "segmentation", "format": "{fmt}"}}')
   (run / "taken.tflite.json").mkdir()  # where the JSON beside an export goes
   (tmp_path / "elsewhere").mkdir()
   refused = [
@@ -175,8 +177,8 @@ def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_ref
   for fmt, output in (("onnx", "run/model.onnx"), ("litert", "run/model.tflite"), ("onnx", "run/new.onnx"),
                       ("saved_model", "run/exported"), ("litert", "elsewhere/m.tflite")):
     assert export.check_output(str(tmp_path / output), fmt, str(run)) == str(tmp_path / output)
-  assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "eval", "model.onnx", "model.tflite",
-                                     "saved_model", "taken.tflite.json"]
+  assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "eval", "model.onnx", "model.onnx.json",
+                                     "model.tflite", "model.tflite.json", "saved_model", "taken.tflite.json"]
 
 
 def test_an_export_image_size_out_of_range_is_one_line(capsys):

@@ -905,3 +905,58 @@ def test_benchmark_honours_a_signal_and_a_full_disk_in_one_line(tmp_path, capsys
         f"error: cannot write {disk}/r.json (No space left on device); the disk is full: free some space or "
         "choose another --json"], lines
     assert os.listdir(disk) == [".filler"]  # nothing half-written
+
+
+def test_a_triplet_threshold_that_serves_no_verification_is_said_by_export_and_predict(tmp_path, capsys, caplog):
+  """metrics.json's eval of another type is a reason, not a TypeError; a threshold at or below 0 (a
+  run that learned nothing: its evaluation called every pair different) is warned of by the export and
+  refused by predict saying why (not "export the run again", which writes it again); --threshold_from
+  given a file that is no export's JSON (a run's config.json) is one line, exit 2."""
+  metrics = tmp_path / "metrics.json"
+  for value in ("3", "null", '"x"', "[1]", "true"):
+    metrics.write_text(f'{{"eval": {value}, "step": 3}}')
+    assert triplet_predict.metrics_threshold(str(tmp_path), 3) == (
+        None, f"{metrics}'s eval is {value}, not an evaluation's record; pass --threshold"), value
+  caplog.clear()
+  export_lib.warn_of_constants({"threshold": -0.9014, "step": 20}, "t.onnx")
+  assert "the export t.onnx carries its run's verification threshold, which is -0.9014, below every" in caplog.text
+  image = photo(tmp_path / "photo.png")
+  config = helpers.make_config("triplet", "smoke")
+  config_lib.write_config(config, str(tmp_path))
+  described = tmp_path / "t.onnx.json"
+  described.write_text('{"trainer": "triplet", "format": "onnx", "threshold": -0.9014, "step": 20}')
+  for given, said in ((described, "threshold is -0.9014, below every distance: no pair would be the same"),
+                      (tmp_path / "config.json", "is no export's JSON (its " + '"format" is null, not onnx or litert)')):
+    line = error_line(capsys, triplet_predict.run, [image, image], config, saved_model=str(tmp_path / "none"),
+                      compare_two=True, threshold_from=str(given))
+    assert line.startswith(f"error: {given}") and said in line and "export the run again" not in line, line
+
+
+def test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make(tmp_path, capsys, monkeypatch):
+  """A --saved_model whose assets/trainer.txt names the run's trainer but which gives other outputs
+  (embeddings for a segmentation run) was KeyError: 'logits'; a .onnx of another tool, or a file at
+  <output>.json that no export wrote, was replaced: each is one line, exit 2, nothing written."""
+  monkeypatch.setattr(sys, "argv", ["export"])  # run_config reads --config arguments from it
+  run = tmp_path / "run"
+  test_run_files.write_run("segmentation", run, steps=(10,))
+  module = tf.Module()
+  module.serve = tf.function(lambda images: {"embeddings": tf.ones([tf.shape(images)[0], 4])},
+                             input_signature=[export_lib.UINT8_IMAGES])
+  other = str(tmp_path / "embeddings_model")
+  tf.saved_model.save(module, other, signatures={"serving_default": module.serve})
+  os.makedirs(os.path.join(other, "assets"), exist_ok=True)
+  with open(os.path.join(other, "assets", workdir_lib.TRAINER_ASSET), "w") as f:
+    f.write("segmentation\n")
+  output = tmp_path / "exported"
+  line = error_line(capsys, export_script.export, str(run), "saved_model", str(output), saved_model=other)
+  assert line == f"error: SavedModel {other} gives embeddings, not logits: the export of another trainer or program"
+  assert not output.exists()
+  foreign = tmp_path / "theirs.onnx"
+  foreign.write_bytes(b"another tool's model")
+  mine = tmp_path / "mine.onnx"
+  (tmp_path / "mine.onnx.json").write_text("my notes")
+  for output, said in ((foreign, f": {foreign}.json does not say {foreign} is an earlier onnx export"),
+                       (mine, f": {mine}.json does not say {mine} is an earlier onnx export")):
+    line = error_line(capsys, export_script.check_output, str(output), "onnx", str(run))
+    assert line.startswith(f"error: --output={output}{said}"), line
+  assert foreign.read_bytes() == b"another tool's model" and (tmp_path / "mine.onnx.json").read_text() == "my notes"

@@ -66,8 +66,9 @@ def load_saved_model(saved_model):
     values = constants()
     threshold = float(values["threshold"])
     source = f"from the SavedModel, the run's verification pairs at step {int(values['step'])}"
-    if threshold_problem(threshold):
-      threshold, source = None, f"the SavedModel's threshold {threshold_problem(threshold)}; pass --threshold"
+    why = export_lib.threshold_problem(threshold)
+    if why:
+      threshold, source = None, f"the SavedModel's threshold {why}; pass --threshold"
   return Embedder(lambda image: serve(images=tf.constant(image[None]))["embeddings"][0].numpy(),
                   threshold, source)
 
@@ -97,9 +98,11 @@ def metrics_threshold(workdir, weights_step):
     evaluation = config_lib.read_json_object(path, "pass --threshold or --saved_model").get("eval", {})
   except DataError as e:
     return None, str(e)
+  if not isinstance(evaluation, dict):
+    return None, f"{path}'s eval is {json.dumps(evaluation)}, not an evaluation's record; pass --threshold"
   if task_lib.VERIFICATION_THRESHOLD not in evaluation:
     return None, f"{path} has none (a run without verification pairs)"
-  why = threshold_problem(evaluation[task_lib.VERIFICATION_THRESHOLD])
+  why = export_lib.threshold_problem(evaluation[task_lib.VERIFICATION_THRESHOLD])
   if why:
     return None, f"{path}'s eval.{task_lib.VERIFICATION_THRESHOLD} {why}; pass --threshold"
   step = evaluation.get("step")
@@ -117,27 +120,19 @@ def export_threshold(path):
   threshold is no distance."""
   fix = "give the .json that scripts/export.py wrote beside a triplet ONNX or LiteRT export"
   about = config_lib.read_json_object(path, fix)
+  if about.get("format") not in ("onnx", "litert"):  # e.g. a run's config.json names its trainer too
+    raise DataError(f"{path} is no export's JSON (its \"format\" is {json.dumps(about.get('format'))}, "
+                    f"not onnx or litert); {fix}")
   if about.get("trainer") != task_lib.NAME:
     raise DataError(f"{path} describes an export of {json.dumps(about.get('trainer'))}, not of "
                     f"{task_lib.NAME}; {fix}")
   if "threshold" not in about:
     return None, f"{path} carries none (an export without verification pairs)"
-  if threshold_problem(about["threshold"]):
-    raise DataError(f"{path}: threshold {threshold_problem(about['threshold'])}; export the run again, "
-                    "or pass --threshold")
+  why = export_lib.threshold_problem(about["threshold"])
+  if why:
+    raise DataError(f"{path}: threshold {why}; pass --threshold")
   return float(about["threshold"]), (f"from {path}, the {about.get('format')} export's: the run's "
                                      f"verification pairs at step {about.get('step')}")
-
-
-def threshold_problem(value):
-  """What makes `value` no verification threshold, or None: the distance of two L2-normalized
-  embeddings is in [0, 2], so a threshold is a number in (0, 2] (at or below 0 no photo would be
-  the same as itself)."""
-  if isinstance(value, bool) or not isinstance(value, (int, float)):
-    return f"is {json.dumps(value)}, not a number"
-  if not 0 < value <= 2:
-    return f"is {value:g}, not a distance in (0, 2]"
-  return None
 
 
 def embed_all(embedder, photos):
@@ -219,8 +214,8 @@ def run(args, config, *, workdir=None, saved_model=None, embed_path=None, compar
     raise DataError(f"--compare takes two photos, got {len(paths)}: {' '.join(paths[:4])}")
   if top_k < 1:
     raise ConfigError(f"--top_k={top_k} must be 1 or more")
-  if threshold is not None and threshold_problem(threshold):
-    raise ConfigError(f"--threshold={threshold:g} {threshold_problem(threshold)}")
+  if threshold is not None and export_lib.threshold_problem(threshold):
+    raise ConfigError(f"--threshold={threshold:g} {export_lib.threshold_problem(threshold)}")
   if threshold is not None and threshold_from:
     raise ConfigError("give --threshold or --threshold_from, not both")
   exported = export_threshold(threshold_from) if threshold_from else None

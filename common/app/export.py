@@ -5,12 +5,16 @@ The model is saved into `<path>.tmp`, then swapped in: the previous export is re
 disk) leaves at most those two folders, which the next export clears, restoring `<path>.old`
 first if the swap was cut between its two renames.
 """
+import contextlib
+import json
 import os
 import shutil
 import tempfile
 
+from absl import logging
 import tensorflow as tf
 
+from common.contract.errors import CheckpointError
 from common.contract.errors import first_line
 from common.contract.errors import WorkdirError
 from common.runtime import signals
@@ -20,6 +24,66 @@ CLASS_NAMES_ASSET = "class_names.txt"
 
 
 CONSTANTS_SIGNATURE = "constants"
+THRESHOLD = "threshold"  # of CONSTANTS_SIGNATURE: the triplet's verification threshold
+
+
+def threshold_problem(value):
+  """What makes `value` no verification threshold, or None: the distance of two L2-normalized
+  embeddings is in [0, 2], so a threshold is a number in (0, 2]. At or below 0 no pair is the same,
+  not even a photo and itself: a run's evaluation chooses one (the lowest distance - 1) when calling
+  every pair different scores best, i.e. its embeddings do not tell its identities apart."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    return f"is {json.dumps(value)}, not a number"
+  if value <= 0:
+    return (f"is {value:g}, below every distance: no pair would be the same (a run's evaluation "
+            "chooses one when its embeddings do not tell the identities apart: train it longer)")
+  if not value <= 2:
+    return f"is {value:g}, not a distance in (0, 2]"
+  return None
+
+
+def warn_of_constants(constants, output):
+  """A warning line when the threshold an export carries serves no verification (predict refuses it)."""
+  if THRESHOLD in constants and threshold_problem(constants[THRESHOLD]):
+    logging.warning("the export %s carries its run's verification threshold, which %s; predict refuses "
+                    "it", output, threshold_problem(constants[THRESHOLD]))
+
+
+def replaced(output, fmt, suffix):
+  """What an export of `fmt` at --output=`output` (with a suffix: its JSON at <output>.json too) would
+  replace that no export made, as the rest of a line that starts with "--output=<output>", or None. An existing file is replaced
+  only as an earlier export of the format: a name ending `suffix` whose JSON says it is one."""
+  path, described = os.path.abspath(output), os.path.abspath(output) + ".json"
+  if os.path.lexists(path) and not (suffix and path.endswith(suffix)):
+    kept = f"a name ending {suffix}" if suffix else "a saved_model is written into a new folder"
+    return f" exists and is not an earlier {fmt} export ({kept}); name a new path"
+  if not suffix or not (os.path.lexists(path) or os.path.lexists(described)):
+    return None
+  if os.path.lexists(described) and not os.path.isfile(described):
+    return (f": {output}.json, where the export's JSON goes, is a folder or a broken link; an export "
+            "never replaces it: move it or name another --output")
+  try:
+    with open(described, encoding="utf-8") as f:
+      about = json.load(f)
+  except (OSError, ValueError):
+    about = None
+  if not isinstance(about, dict) or about.get("format") != fmt:
+    return (f": {output}.json does not say {output} is an earlier {fmt} export (its \"format\"): an export "
+            f"never replaces what it did not make; move {output} and {output}.json or name another --output")
+  return None
+
+
+@contextlib.contextmanager
+def reading_outputs(path, outputs):
+  """The trainer asking the SavedModel at `path`, which gives `outputs`, for another (a KeyError of
+  its name, e.g. the export of another trainer whose assets/trainer.txt was edited) is one line."""
+  try:
+    yield
+  except KeyError as e:
+    if not e.args or e.args[0] in outputs:
+      raise
+    raise CheckpointError(f"SavedModel {path} gives {', '.join(sorted(outputs))}, not {e.args[0]}: the "
+                          "export of another trainer or program") from None
 
 
 def export_saved_model(model, serve, path, input_signature, trainer, class_names=(), constants=None):
