@@ -29,6 +29,9 @@ are printed. A float export that differs by more than TOLERANCE is removed, in o
 one is reported, its differences being the point. The closing line gives each written file's size
 and the export's wall time.
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 from common.runtime import process
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import site
 import subprocess
 import sys
 import types
+import uuid
 
 import numpy as np
 from PIL import Image
@@ -23,6 +24,11 @@ from helpers import REPO_ROOT
 from scripts import export as export_script
 from scripts import new_trainer
 from segmentation import task as segmentation_task
+
+# The names the tests give new trainers, made per session: never a trainer a user added (the
+# README's example's included) nor a module importable here, which the command would refuse.
+SESSION = uuid.uuid4().hex[:8]
+NEW, OTHER, TAKEN = (f"{word}_{SESSION}" for word in ("roads", "dogs", "taken"))
 
 
 def run(capsys, *args):
@@ -54,13 +60,13 @@ def imported_packages(folder):
 
 
 def test_a_trainer_copied_under_a_new_name_imports_and_names_only_itself(tmp_path, capsys):
-  """Segmentation as roads, Inception as dogs (whose NAME, inception_v4, is also its network module's
+  """Segmentation as NEW, Inception as OTHER (whose NAME, inception_v4, is also its network module's
   name, which stays): every changed line holds the new name, and prose keeps the old one."""
   dest = tmp_path / "repo"
   for name in ("segmentation", "inception_finetune", "configs"):
     shutil.copytree(os.path.join(REPO_ROOT, name), dest / name, ignore=shutil.ignore_patterns("__pycache__"))
   shutil.copy(os.path.join(REPO_ROOT, "pyproject.toml"), dest)
-  for new, source, config in (("roads", "segmentation", "segmentation"), ("dogs", "inception_finetune", "inception_v4")):
+  for new, source, config in ((NEW, "segmentation", "segmentation"), (OTHER, "inception_finetune", "inception_v4")):
     assert run(capsys, new, "--from", source, "--dest", str(dest)) == (0, [])
     assert new_trainer.task_constants(dest / new / "task.py") == {"NAME": new, "CONFIG_MODULE": f"configs.{new}"}
     assert source not in imported_packages(dest / new) and new in imported_packages(dest / new)
@@ -79,10 +85,10 @@ def test_a_trainer_copied_under_a_new_name_imports_and_names_only_itself(tmp_pat
     command = next(node for node in ast.walk(smoke) if isinstance(node, ast.List))
     assert [ast.literal_eval(element) for element in command.elts[:3]] == [
         "-m", f"{new}.train", f"--config=configs/{new}.py:smoke"]
-  assert "Evaluates a segmentation model" in open(dest / "roads" / "evaluate.py").read()  # prose
-  assert "from dogs import inception_v4" in open(dest / "dogs" / "task.py").read()
+  assert "Evaluates a segmentation model" in open(dest / NEW / "evaluate.py").read()  # prose
+  assert f"from {OTHER} import inception_v4" in open(dest / OTHER / "task.py").read()
   packages = new_trainer.PACKAGES.search(open(dest / "pyproject.toml").read()).group(1)
-  assert json.loads(packages)[-2:] == ["roads", "dogs"]
+  assert json.loads(packages)[-2:] == [NEW, OTHER]
 
 
 def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, monkeypatch):
@@ -141,16 +147,16 @@ def write_repository(root):
 def test_a_bad_name_source_or_destination_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
   dest = str(tmp_path / "repo")
   write_repository(dest)
-  assert run(capsys, "taken", "--from", "mini", "--dest", dest)[0] == 0
+  assert run(capsys, TAKEN, "--from", "mini", "--dest", dest)[0] == 0
   before = files_of(dest)
   for args, said in (
       (["Roads", "--from", "mini"], "error: 'Roads' is not a package name: lower-case letters, digits and _"),
       (["class", "--from", "mini"], "error: 'class' is not a package name"),
-      (["roads", "--from", "nothing"], f"error: --from=nothing: not a trainer of {dest} (its trainers: mini, taken)"),
-      (["taken", "--from", "mini"], f"error: {os.path.join(dest, 'taken')} exists already: choose another name"),
+      ([NEW, "--from", "nothing"], f"error: --from=nothing: not a trainer of {dest} (its trainers: mini, {TAKEN})"),
+      ([TAKEN, "--from", "mini"], f"error: {os.path.join(dest, TAKEN)} exists already: choose another name"),
       (["json", "--from", "mini"], "error: 'json' is already an importable module ("),
-      (["roads"], "error: the following arguments are required: --from"),
-      (["roads", "--from", "mini", "--dest", str(tmp_path)], f"error: --dest={tmp_path} is not a repository of trainers"),
+      ([NEW], "error: the following arguments are required: --from"),
+      ([NEW, "--from", "mini", "--dest", str(tmp_path)], f"error: --dest={tmp_path} is not a repository of trainers"),
   ):
     code, lines = run(capsys, *args, *(() if "--dest" in args else ("--dest", dest)))
     assert code == 2 and len(lines) == 1 and lines[0].startswith(said), (args, lines)
@@ -165,7 +171,7 @@ def test_a_bad_name_source_or_destination_is_one_line_and_writes_nothing(tmp_pat
     write(path, text)
 
   monkeypatch.setattr(new_trainer, "_write", interrupted)
-  assert run(capsys, "roads", "--from", "mini", "--dest", dest) == (
+  assert run(capsys, NEW, "--from", "mini", "--dest", dest) == (
       128 + signal.SIGINT, ["error: interrupted by SIGINT; nothing was written"])
   assert written and files_of(dest) == before
 
@@ -194,8 +200,8 @@ def repository_on_tmpfs(path, state):
 def test_a_read_only_or_full_destination_is_one_line_and_leaves_nothing(tmp_path, capsys, state, reason):
   with repository_on_tmpfs(tmp_path / "repo", state) as dest:
     before = files_of(dest)
-    code, lines = run(capsys, "roads", "--from", "mini", "--dest", dest)
-    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: cannot write {dest}/roads"), lines
+    code, lines = run(capsys, NEW, "--from", "mini", "--dest", dest)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: cannot write {dest}/{NEW}"), lines
     assert lines[0].endswith(f"({reason}); make --dest writable or free space, then run the command again: "
                              "nothing was written"), lines
     assert files_of(dest) == before
