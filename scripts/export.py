@@ -107,7 +107,7 @@ def trainer_of(workdir):
         r"\w+(\.\w+)*", trainer) else None
   except ModuleNotFoundError as e:
     raise ConfigError(f"{path} is a run of the trainer {trainer!r}, whose code is not importable here "
-                      f"({e}): run from the root of its repository, or pip install -e . there") from None
+                      f"({e}): run the scripts/export.py of its repository, or pip install -e . there") from None
   if not all(hasattr(module, name) for name in ("NAME", "CONFIG_MODULE", "make_task")):
     raise ConfigError(f"{path} names no trainer (trainer {trainer!r}); give the --workdir of a training run")
   config = importlib.import_module(module.CONFIG_MODULE).get_config()

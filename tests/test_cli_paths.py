@@ -218,9 +218,10 @@ def test_commands_that_read_a_run_work_from_another_folder(tmp_path, monkeypatch
   elsewhere.mkdir()
   monkeypatch.chdir(elsewhere)
   monkeypatch.setattr(sys, "argv", ["evaluate"])  # cli.run_config reads the --config arguments there
+  assert not [default for default in OWN_CONFIGS if cli.own_config(default) != os.path.join(REPO_ROOT, default)
+              or not os.path.isfile(cli.own_config(default))]
   for default in OWN_CONFIGS:
     own = cli.own_config(default)
-    assert own == os.path.join(REPO_ROOT, default) and os.path.isfile(own), own
     cli._check_config_args(own, ["evaluate"])  # pylint: disable=protected-access
     line = one_error_line(capsys, cli._check_config_args, own, ["evaluate", f"--config={default}:smoke"])  # pylint: disable=protected-access
     assert line == (f"config file {default} does not exist (a relative --config is read from the current folder, "
@@ -235,6 +236,7 @@ def test_commands_that_read_a_run_work_from_another_folder(tmp_path, monkeypatch
   assert module is triplet_task and config.trainer == "triplet"
 
 
+@pytest.mark.slow
 def test_predict_runs_from_another_folder_with_relative_and_absolute_paths(tmp_path):
   """The command line itself, from a folder other than the repository root (issue 50's): a relative
   --workdir and photo, an absolute --output_dir."""
