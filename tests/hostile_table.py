@@ -183,7 +183,7 @@ NEW_TRAINER_BAD = "tests/test_new_trainer.py::test_a_bad_name_source_or_destinat
 
 ROWS = [
     # The trainers' command lines: --config and its values (common/app/cli.py, the config checks).
-    (TRAINER_COMMANDS, "--config file", "missing", "does not exist (a relative --config is read from the current folder", 2,
+    (TRAINER_COMMANDS, "--config file", "missing", "does not exist (a relative --config is read from the current", 2,
      HOSTILE + "test_a_config_file_missing_broken_or_of_another_trainer_is_one_line"),
     (TRAINER_COMMANDS, "--config file", "broken (a Python error)", "invalid syntax", 2,
      HOSTILE + "test_a_config_file_missing_broken_or_of_another_trainer_is_one_line"),
@@ -723,7 +723,7 @@ ROWS = [
     (PREDICT, WHERE, ANOTHER_FOLDER, ("--workdir={os.path.relpath(run, elsewhere)}", "cwd=elsewhere"), 0,
      "tests/test_cli_paths.py::test_predict_runs_from_another_folder_with_relative_and_absolute_paths"),
     (EVALUATE + PREDICT, WHERE, "another folder, a relative --config",
-     "does not exist (a relative --config is read from the current folder, ", 2,
+     ("does not exist (a relative --config is read from the current ", "give the path of one, e.g. --config={own}"), 2,
      "tests/test_cli_paths.py::test_commands_that_read_a_run_work_from_another_folder"),
     (EXPORT, WHERE, README_EXAMPLE, ('"scripts/export.py", f"--workdir=runs/{NEW}"', "cwd=dest"), 0,
      "tests/test_new_trainer.py::test_a_copys_script_runs_the_copys_new_trainer_from_its_root"),

@@ -223,12 +223,14 @@ def test_commands_that_read_a_run_work_from_another_folder(tmp_path, monkeypatch
   for default in OWN_CONFIGS:
     own = cli.own_config(default)
     cli._check_config_args(own, ["evaluate"])  # pylint: disable=protected-access
-    line = one_error_line(capsys, cli._check_config_args, own, ["evaluate", f"--config={default}:smoke"])  # pylint: disable=protected-access
-    assert line == (f"config file {default} does not exist (a relative --config is read from the current folder, "
-                    f"{elsewhere}); give the path of one, e.g. --config={own}"), line
+    line = one_error_line(capsys, cli._check_config_args,  # pylint: disable=protected-access
+                          own, ["evaluate", f"--config={default}:smoke"])
+    assert line == (f"config file {default} does not exist (a relative --config is read from the current "
+                    f"folder, {elsewhere}); give the path of one, e.g. --config={own}"), line
   workdir = os.path.relpath(triplet_smoke_run.workdir)
   assert workdir.startswith("..")
-  flag = types.SimpleNamespace(value=cli._load_config(cli.own_config("configs/triplet.py"), ["evaluate"]))  # pylint: disable=protected-access
+  own = cli.own_config("configs/triplet.py")
+  flag = types.SimpleNamespace(value=cli._load_config(own, ["evaluate"]))  # pylint: disable=protected-access
   evaluation, _, report_dir = commands.evaluate_run(flag, workdir, triplet_task.make_task, report_dir="report")
   assert evaluation.metrics["recall_at_1"] == pytest.approx(triplet_smoke_run.results["eval"]["recall_at_1"])
   assert report_dir == "report" and os.listdir(elsewhere / "report")

@@ -240,6 +240,6 @@ def test_the_image_files_install_every_trainer_one_added_by_new_trainer_included
                           capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
   trainers = ("segmentation", "triplet", "inception_finetune", test_new_trainer.NEW)
-  where = subprocess.run([python, "-c", f"import {', '.join(trainers)}; print({', '.join(t + '.__file__' for t in trainers)})"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.split()
+  where = subprocess.run([python, "-c", f"import {', '.join(trainers)}; "
+                          f"print({', '.join(trainer + '.__file__' for trainer in trainers)})"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.split()
   assert where == [str(image / trainer / "__init__.py") for trainer in trainers]

@@ -102,7 +102,8 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
   assert module is segmentation_task and config.trainer == "segmentation"
   saved = json.load(open(tmp_path / "config.json"))
   for trainer, said in (("gone", "error: {} is a run of the trainer 'gone', whose code is not importable here "
-                                 "(No module named 'gone'): run the scripts/export.py of its repository, or pip install -e . there"),
+                                 "(No module named 'gone'): run the scripts/export.py of its repository, or pip "
+                                 "install -e . there"),
                         (None, "error: {} names no trainer (trainer None); give the --workdir of a training run")):
     (tmp_path / "config.json").write_text(json.dumps({**saved, "trainer": trainer}))
     capsys.readouterr()
