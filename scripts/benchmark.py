@@ -45,6 +45,9 @@ This file is the command line, the tables and --estimate_only; its pieces beside
 benchmark_trainers.py (a trainer's timed rows), benchmark_timing.py (how things are timed),
 benchmark_exports.py (--exports) and benchmark_peers.py (--peers).
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 from common.runtime import process
 
 if __name__ == "__main__":

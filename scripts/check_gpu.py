@@ -12,6 +12,9 @@ Exit code: 0 when TensorFlow can use a GPU; 1 when it cannot (no GPU, no
 kernels for it, missing CUDA libraries, native Windows), so that a shell
 script can test for a usable GPU. The cause is printed either way.
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 from common.runtime import process
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ image/height, image/width, image/channels, image/segmentation/class/encoded
 (a grayscale PNG of class ids; palette masks are converted) and
 image/segmentation/class/format.
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 from common.runtime import process
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ are printed. A float export that differs by more than TOLERANCE is removed, in o
 one is reported, its differences being the point. The closing line gives each written file's size
 and the export's wall time.
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 from common.runtime import process
 
 if __name__ == "__main__":
@@ -104,7 +107,7 @@ def trainer_of(workdir):
         r"\w+(\.\w+)*", trainer) else None
   except ModuleNotFoundError as e:
     raise ConfigError(f"{path} is a run of the trainer {trainer!r}, whose code is not importable here "
-                      f"({e}): run from the root of its repository, or pip install -e . there") from None
+                      f"({e}): run the scripts/export.py of its repository, or pip install -e . there") from None
   if not all(hasattr(module, name) for name in ("NAME", "CONFIG_MODULE", "make_task")):
     raise ConfigError(f"{path} names no trainer (trainer {trainer!r}); give the --workdir of a training run")
   config = importlib.import_module(module.CONFIG_MODULE).get_config()

@@ -26,6 +26,9 @@ tensor checked or member extracted, one line `interrupted by SIGINT ...` saying 
 + N; a .part is kept and running again continues it. A stalled download notices it when the next
 bytes arrive (or the 60 s timeout passes); a second Ctrl-C exits at once.
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 from common.runtime import process
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ Sets (under --output_dir):
                dark ink on light paper, random size and place) and the same training images as images/<id>.png with labels.csv (id,label)
                for the `csv` source (data.image_extension=.png).
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 import csv
 import os
 import signal

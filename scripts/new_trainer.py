@@ -1,12 +1,13 @@
 """Copies a trainer under a new name: the start of a trainer of your own.
 
-python scripts/new_trainer.py roads --from segmentation
+python scripts/new_trainer.py buildings --from segmentation
 
-Into the repository (--dest, default the one this script is in) it writes roads/ (segmentation/'s
-.py files, importing roads; its task's NAME, which the SavedModel carries, is "roads"), configs/roads.py
-(its `trainer` key, which every run's config.json keeps, is "roads"), tests/test_roads.py (a smoke
-run: trains, exports, the SavedModel named roads) and "roads" in pyproject.toml's packages, so that
-`pip install -e .` installs it beside the other trainers, sharing common/ and scripts/ with them.
+Into the repository (--dest, default the one this script is in) it writes buildings/ (segmentation/'s
+.py files, importing buildings; its task's NAME, which the SavedModel carries, is "buildings"),
+configs/buildings.py (its `trainer` key, which every run's config.json keeps, is "buildings"),
+tests/test_buildings.py (a smoke run: trains, exports, the SavedModel named buildings) and
+"buildings" in pyproject.toml's packages, so that `pip install -e .` installs it beside the other
+trainers, sharing common/ and scripts/ with them.
 
 The names change by token (tokenize), at a precise list of places, never by a blind search: the
 package in import statements; strings that are exactly the package or the task's NAME; the config
@@ -123,7 +124,7 @@ def check(name, source, dest):
   """The trainer's constants and pyproject.toml's packages, or Refused naming what is wrong."""
   if not NAME.fullmatch(name) or keyword.iskeyword(name):
     raise Refused(f"{name!r} is not a package name: lower-case letters, digits and _, starting with a "
-                  "letter (e.g. roads)")
+                  "letter (e.g. buildings)")
   pyproject = os.path.join(dest, "pyproject.toml")
   if not os.path.isfile(pyproject):
     raise Refused(f"--dest={dest} is not a repository of trainers (no pyproject.toml in it)")
@@ -218,7 +219,7 @@ def _fail(message, code=2):
 
 def main(argv):
   parser = _Parser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("name", help="the new trainer's package name, e.g. roads")
+  parser.add_argument("name", help="the new trainer's package name, e.g. buildings")
   parser.add_argument("--from", dest="source", required=True, help="the trainer to copy, e.g. segmentation")
   parser.add_argument("--dest", default=REPO_ROOT, help="the repository to add it to (default: this one)")
   args = parser.parse_args(argv)

@@ -180,6 +180,14 @@ SURFACES[EXPORT]["--saved_model"] += ("other outputs under the run's trainer",)
 SURFACES[EXPORT]["--output"] += ("an earlier export's name without its JSON", "a file at <output>.json no export wrote")
 SURFACES[EXPORT]["the run's threshold (triplet)"] = (None, "at or below 0")
 
+# Issue 50, anyfolder: where the user stands (../shared/HOSTILE.md).
+WHERE, ANOTHER_FOLDER = "where the user stands", "another folder, relative and absolute paths"
+README_EXAMPLE = "a trainer copied under the README's example name"
+for _command in EVALUATE + PREDICT:
+  SURFACES[_command][WHERE] = (None, ANOTHER_FOLDER, "another folder, a relative --config")
+SURFACES[EXPORT][WHERE] = (None, ANOTHER_FOLDER, README_EXAMPLE)
+SURFACES[NEW_TRAINER][WHERE] = (None, f"{README_EXAMPLE}: the suite", f"{README_EXAMPLE}: the container build")
+
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
 SKIPPED = "tests/test_bad_inputs.py::test_skip_bad_files_names_and_counts_the_skipped_files"
@@ -199,7 +207,7 @@ NEW_TRAINER_BAD = "tests/test_new_trainer.py::test_a_bad_name_source_or_destinat
 
 ROWS = [
     # The trainers' command lines: --config and its values (common/app/cli.py, the config checks).
-    (TRAINER_COMMANDS, "--config file", "missing", "does not exist (run from the repository root", 2,
+    (TRAINER_COMMANDS, "--config file", "missing", "does not exist (a relative --config is read from the current", 2,
      HOSTILE + "test_a_config_file_missing_broken_or_of_another_trainer_is_one_line"),
     (TRAINER_COMMANDS, "--config file", "broken (a Python error)", "invalid syntax", 2,
      HOSTILE + "test_a_config_file_missing_broken_or_of_another_trainer_is_one_line"),
@@ -782,4 +790,20 @@ ROWS = [
     (EXPORT, "--output", ("an earlier export's name without its JSON", "a file at <output>.json no export wrote"),
      "does not say {foreign} is an earlier onnx export", 2,
      HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
+    # Issue 50, anyfolder: where the user stands (cli.own_config, scripts/repository_root.py, deploy/Dockerfile).
+    (EVALUATE + (EXPORT,), WHERE, ANOTHER_FOLDER, ("os.path.relpath(triplet_smoke_run.workdir)",
+                                                    "export_script.trainer_of(workdir)"), 0,
+     "tests/test_cli_paths.py::test_commands_that_read_a_run_work_from_another_folder"),
+    (PREDICT, WHERE, ANOTHER_FOLDER, ("--workdir={os.path.relpath(run, elsewhere)}", "cwd=elsewhere"), 0,
+     "tests/test_cli_paths.py::test_predict_runs_from_another_folder_with_relative_and_absolute_paths"),
+    (EVALUATE + PREDICT, WHERE, "another folder, a relative --config",
+     ("does not exist (a relative --config is read from the current ", "give the path of one, e.g. --config={own}"), 2,
+     "tests/test_cli_paths.py::test_commands_that_read_a_run_work_from_another_folder"),
+    (EXPORT, WHERE, README_EXAMPLE, ('"scripts/export.py", f"--workdir=runs/{NEW}"', "cwd=dest"), 0,
+     "tests/test_new_trainer.py::test_a_copys_script_runs_the_copys_new_trainer_from_its_root"),
+    (NEW_TRAINER, WHERE, f"{README_EXAMPLE}: the suite", ("NEW, OTHER, TAKEN", "swap = [(example, NEW)]"), 0,
+     "tests/test_new_trainer.py::test_the_readme_template_route_in_a_fresh_copy_and_virtual_environment"),
+    (NEW_TRAINER, WHERE, f"{README_EXAMPLE}: the container build", ('"pip", "install", "--no-deps", "-e", "."',
+                                                                    "image_files(str(root))"), 0,
+     "tests/test_deploy.py::test_the_image_files_install_every_trainer_one_added_by_new_trainer_included"),
 ]

@@ -1,8 +1,12 @@
 """Every path a command line takes (--workdir, --saved_model, --report_dir, predict's --output_dir)
 gets the workdir's one-line checks: a missing SavedModel, a file where a folder is wanted, an
 unwritable folder is exit 2 and one `error:` line naming the path and the flag, no traceback."""
+import ast
 import functools
+import glob
 import os
+import sys
+import types
 
 import numpy as np
 from PIL import Image
@@ -10,9 +14,14 @@ import pytest
 import tensorflow as tf
 
 from common.app import cli
+from common.app import commands
 from helpers import make_config
+from helpers import REPO_ROOT
 from helpers import run_python
+from scripts import export as export_script
 from segmentation import predict
+import test_predict
+from triplet import task as triplet_task
 
 CONFIG = make_config("segmentation", "default")  # what predict reads of it: data.eval_max_pixels
 
@@ -194,3 +203,71 @@ def test_an_export_image_size_out_of_range_is_one_line(capsys):
         "for any size"], (side, lines)
   for good in (None, (1, 1), (export.MAX_IMAGE_SIDE,) * 2):
     export.check_image_size(good)
+
+
+# Each trainer's own config file, relative to the repository root (its commands' default --config).
+OWN_CONFIGS = ("configs/segmentation.py", "configs/triplet.py", "configs/inception_v4.py")
+
+
+def test_commands_that_read_a_run_work_from_another_folder(tmp_path, monkeypatch, capsys, triplet_smoke_run):
+  """Run from a folder other than the repository root, with relative paths (was: `error: config file
+  configs/segmentation.py does not exist` before any run was read): each trainer's own config file is
+  found beside its package (cli.own_config, which define_flags gives --config as its default); a
+  relative --config the user gives stays relative to the current folder, its line naming what to
+  give; evaluate (triplet's run, the report in a relative folder) and export's reader of the run
+  take a relative --workdir."""
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  monkeypatch.chdir(elsewhere)
+  monkeypatch.setattr(sys, "argv", ["evaluate"])  # cli.run_config reads the --config arguments there
+  assert not [default for default in OWN_CONFIGS if cli.own_config(default) != os.path.join(REPO_ROOT, default)
+              or not os.path.isfile(cli.own_config(default))]
+  for default in OWN_CONFIGS:
+    own = cli.own_config(default)
+    cli._check_config_args(own, ["evaluate"])  # pylint: disable=protected-access
+    line = one_error_line(capsys, cli._check_config_args,  # pylint: disable=protected-access
+                          own, ["evaluate", f"--config={default}:smoke"])
+    assert line == (f"config file {default} does not exist (a relative --config is read from the current "
+                    f"folder, {elsewhere}); give the path of one, e.g. --config={own}"), line
+  workdir = os.path.relpath(triplet_smoke_run.workdir)
+  assert workdir.startswith("..")
+  own = cli.own_config("configs/triplet.py")
+  flag = types.SimpleNamespace(value=cli._load_config(own, ["evaluate"]))  # pylint: disable=protected-access
+  evaluation, _, report_dir = commands.evaluate_run(flag, workdir, triplet_task.make_task, report_dir="report")
+  assert evaluation.metrics["recall_at_1"] == pytest.approx(triplet_smoke_run.results["eval"]["recall_at_1"])
+  assert report_dir == "report" and os.listdir(elsewhere / "report")
+  module, config = export_script.trainer_of(workdir)
+  assert module is triplet_task and config.trainer == "triplet"
+
+
+@pytest.mark.slow
+def test_predict_runs_from_another_folder_with_relative_and_absolute_paths(tmp_path):
+  """The command line itself, from a folder other than the repository root (issue 50's): a relative
+  --workdir and photo, an absolute --output_dir."""
+  _, run = test_predict.segmentation_run(tmp_path)
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  Image.fromarray(np.zeros((24, 32, 3), np.uint8)).save(elsewhere / "photo.png")
+  result = run_python(["-m", "segmentation.predict", f"--workdir={os.path.relpath(run, elsewhere)}",
+                       f"--output_dir={tmp_path / 'out'}", "photo.png"], cwd=elsewhere, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert sorted(os.listdir(tmp_path / "out")) == ["photo_classes.png", "photo_mask.png", "photo_overlay.png"]
+
+
+def test_every_script_run_as_a_file_imports_this_repositorys_packages_first():
+  """`python scripts/x.py` puts scripts/ on sys.path, not the root (was: a trainer added in a copy was
+  not importable from the copy's root, or another installed repository's ran): every script that
+  runs as a file and imports the repository's packages imports scripts/repository_root.py first."""
+  project = ("common", "configs", "scripts", "segmentation", "triplet", "inception_finetune")
+  checked = []
+  for path in sorted(glob.glob(os.path.join(REPO_ROOT, "scripts", "*.py"))):
+    body = ast.parse(open(path).read()).body
+    runs = any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in body)
+    imports = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    if not runs or not any((node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                            ).split(".")[0] in project for node in imports):
+      continue
+    first = next(node for node in body if not isinstance(node, ast.Expr))  # after the docstring
+    assert ast.unparse(first) == "if not __package__:\n    import repository_root", path
+    checked.append(os.path.basename(path))
+  assert "export.py" in checked and "make_real_sets.py" in checked, checked

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 from packaging.specifiers import SpecifierSet  # a dependency of tensorflow
 import pytest
@@ -18,6 +19,8 @@ import yaml  # PyYAML, a dependency of ml-collections
 
 from common.runtime import hardware
 import helpers
+from scripts import new_trainer
+import test_new_trainer
 
 ROOT = helpers.REPO_ROOT
 # The card the project is sized for (GTX 960M, compute capability 5.0), and the first generation
@@ -91,15 +94,15 @@ def test_the_workers_share_a_read_write_many_workdir_and_are_retried_on_128_to_2
 
 def test_the_dockerfile_installs_the_requirements_and_the_repository_and_the_tfjob_names_its_tag():
   dockerfile = read("deploy", "Dockerfile")
-  copied = {source.rstrip("/") for line in re.findall(r"^COPY (.+)$", dockerfile, re.M)
-            for source in line.split()[:-1]}
-  # requirements.txt installs the repository (-e .): pyproject.toml and every package it lists.
+  # requirements.txt installs the repository (-e .): pyproject.toml and every package it lists, all
+  # copied before the install.
   assert "-e ." in read("requirements.txt")
+  copied = image_files(ROOT)
   packages = json.loads(re.search(r"^packages = (\[.*\])$", read("pyproject.toml"), re.M).group(1))
-  needed = {"requirements.txt", "pyproject.toml"} | {package.split(".")[0] for package in packages}
-  assert needed <= copied and all(os.path.exists(os.path.join(ROOT, path)) for path in copied)
+  needed = {"requirements.txt", "pyproject.toml"} | {package.replace(".", "/") + "/__init__.py" for package in packages}
+  assert needed <= set(copied), needed - set(copied)
   install = dockerfile.index("RUN case")
-  assert all(dockerfile.index(f"COPY {path}") < install for path in ("requirements.txt", "common/"))
+  assert all(match.start() < install for match in re.finditer(r"^COPY ", dockerfile, re.M))
   assert 'pip install --no-cache-dir "${tensorflow}" -r requirements.txt' in install_instruction(dockerfile)
   assert re.search(r"^ARG CARD=cpu$", dockerfile, re.M)  # the CPU build needs no build argument
 
@@ -191,16 +194,52 @@ def test_dockerignore_keeps_workdirs_and_data_out_and_every_copied_file_in():
          "configs/__pycache__/segmentation.cpython-311.pyc", "tests/data/inception_v4_slim_variables.tsv",
          "tf2_reference_trainers.egg-info/PKG-INFO"]
   assert [path for path in out if not dockerignored(path, lines)] == []
-  dockerfile = read("deploy", "Dockerfile")
-  sources = [source.rstrip("/") for line in re.findall(r"^COPY (.+)$", dockerfile, re.M)
-             for source in line.split()[:-1]]
-  copied = []
+
+
+def image_files(root):
+  """The files (paths relative to root, with /) the COPY instructions of root's deploy/Dockerfile
+  take from root as the build context: what root/.dockerignore leaves in under each source."""
+  with open(os.path.join(root, ".dockerignore"), encoding="utf-8") as f:
+    lines = [line.strip() for line in f.read().splitlines() if line.strip() and not line.startswith("#")]
+  with open(os.path.join(root, "deploy", "Dockerfile"), encoding="utf-8") as f:
+    sources = [source for line in re.findall(r"^COPY (.+)$", f.read(), re.M) for source in line.split()[:-1]]
+  found = []
   for source in sources:
-    if os.path.isfile(os.path.join(ROOT, source)):
-      copied.append(source)
-    for folder, subfolders, files in os.walk(os.path.join(ROOT, source)):
-      subfolders[:] = [s for s in subfolders if s != "__pycache__"]
-      relative = os.path.relpath(folder, ROOT).replace(os.sep, "/")
-      copied += [f"{relative}/{name}" for name in files if not name.endswith(".pyc")]
-  assert len(copied) > len(sources)
-  assert [path for path in copied if dockerignored(path, lines)] == []
+    source = os.path.normpath(source).replace(os.sep, "/")
+    if os.path.isfile(os.path.join(root, source)):
+      found += [] if dockerignored(source, lines) else [source]
+      continue
+    for folder, subfolders, files in os.walk(os.path.join(root, source)):
+      relative = os.path.relpath(folder, root).replace(os.sep, "/")
+      paths = {name: name if relative == "." else f"{relative}/{name}" for name in subfolders + files}
+      # An ignored folder is not walked (.git, runs/, data sets: the list has no `!` exception).
+      subfolders[:] = [name for name in subfolders if not dockerignored(paths[name], lines)]
+      found += [paths[name] for name in files if not dockerignored(paths[name], lines)]
+  return found
+
+
+@pytest.mark.slow
+def test_the_image_files_install_every_trainer_one_added_by_new_trainer_included(tmp_path):
+  """What the image's `pip install ... -r requirements.txt` installs (-e .), from the files the
+  Dockerfile copies: in a copy of them a trainer is added under the session's name (was: the image
+  copied the three trainers by name, and the README's example stopped its build with `package
+  directory 'roads' does not exist`), then the image's files of that copy install with pip (offline,
+  --no-deps) in a fresh virtual environment, every trainer importable from another folder."""
+  repository, image = tmp_path / "repository", tmp_path / "image"
+  for root, into in ((ROOT, repository), (repository, image)):
+    for path in image_files(str(root)):
+      os.makedirs(os.path.dirname(into / path), exist_ok=True)
+      shutil.copy(os.path.join(root, path), into / path)
+    if into == repository:
+      new_trainer.new_trainer(test_new_trainer.NEW, "segmentation", str(repository))
+  assert (image / test_new_trainer.NEW / "train.py").is_file() and not (image / "tests").exists()
+  python = test_new_trainer.fresh_venv(tmp_path / "venv")
+  env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+  env.update(PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0")
+  result = subprocess.run([python, "-m", "pip", "install", "--no-deps", "-e", "."], cwd=image, env=env,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  trainers = ("segmentation", "triplet", "inception_finetune", test_new_trainer.NEW)
+  where = subprocess.run([python, "-c", f"import {', '.join(trainers)}; "
+                          f"print({', '.join(trainer + '.__file__' for trainer in trainers)})"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.split()
+  assert where == [str(image / trainer / "__init__.py") for trainer in trainers]

@@ -738,8 +738,9 @@ def test_a_config_file_missing_broken_or_of_another_trainer_is_one_line(tmp_path
   """--config of every trainer's command (cli.define_flags): a file that is not there, a folder, Python
   that does not run, or another trainer's config file (was: a KeyError traceback once the run began)."""
   (tmp_path / "broken.py").write_text("def get_config(:\n")
-  for path, said in ((tmp_path / "nothing.py", "error: config file {} does not exist (run from the repository root"),
-                     (tmp_path, "error: config file {} does not exist (run from the repository root"),
+  missing = "error: config file {} does not exist (a relative --config is read from the current folder"
+  for path, said in ((tmp_path / "nothing.py", missing),
+                     (tmp_path, missing),
                      (tmp_path / "broken.py", "error: invalid syntax (broken.py, line 1)"),
                      ("configs/triplet.py:smoke", "error: config file configs/triplet.py is another trainer's config "
                                                   "(trainer 'triplet', not 'segmentation'); "

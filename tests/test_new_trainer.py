@@ -11,6 +11,7 @@ import site
 import subprocess
 import sys
 import types
+import uuid
 
 import numpy as np
 from PIL import Image
@@ -22,7 +23,14 @@ import helpers
 from helpers import REPO_ROOT
 from scripts import export as export_script
 from scripts import new_trainer
+from segmentation import data as segmentation_data
 from segmentation import task as segmentation_task
+import test_predict
+
+# The names the tests give new trainers, made per session: never a trainer a user added (the
+# README's example's included) nor a module importable here, which the command would refuse.
+SESSION = uuid.uuid4().hex[:8]
+NEW, OTHER, TAKEN = (f"{word}_{SESSION}" for word in ("roads", "dogs", "taken"))
 
 
 def run(capsys, *args):
@@ -54,13 +62,13 @@ def imported_packages(folder):
 
 
 def test_a_trainer_copied_under_a_new_name_imports_and_names_only_itself(tmp_path, capsys):
-  """Segmentation as roads, Inception as dogs (whose NAME, inception_v4, is also its network module's
+  """Segmentation as NEW, Inception as OTHER (whose NAME, inception_v4, is also its network module's
   name, which stays): every changed line holds the new name, and prose keeps the old one."""
   dest = tmp_path / "repo"
   for name in ("segmentation", "inception_finetune", "configs"):
     shutil.copytree(os.path.join(REPO_ROOT, name), dest / name, ignore=shutil.ignore_patterns("__pycache__"))
   shutil.copy(os.path.join(REPO_ROOT, "pyproject.toml"), dest)
-  for new, source, config in (("roads", "segmentation", "segmentation"), ("dogs", "inception_finetune", "inception_v4")):
+  for new, source, config in ((NEW, "segmentation", "segmentation"), (OTHER, "inception_finetune", "inception_v4")):
     assert run(capsys, new, "--from", source, "--dest", str(dest)) == (0, [])
     assert new_trainer.task_constants(dest / new / "task.py") == {"NAME": new, "CONFIG_MODULE": f"configs.{new}"}
     assert source not in imported_packages(dest / new) and new in imported_packages(dest / new)
@@ -79,10 +87,10 @@ def test_a_trainer_copied_under_a_new_name_imports_and_names_only_itself(tmp_pat
     command = next(node for node in ast.walk(smoke) if isinstance(node, ast.List))
     assert [ast.literal_eval(element) for element in command.elts[:3]] == [
         "-m", f"{new}.train", f"--config=configs/{new}.py:smoke"]
-  assert "Evaluates a segmentation model" in open(dest / "roads" / "evaluate.py").read()  # prose
-  assert "from dogs import inception_v4" in open(dest / "dogs" / "task.py").read()
+  assert "Evaluates a segmentation model" in open(dest / NEW / "evaluate.py").read()  # prose
+  assert f"from {OTHER} import inception_v4" in open(dest / OTHER / "task.py").read()
   packages = new_trainer.PACKAGES.search(open(dest / "pyproject.toml").read()).group(1)
-  assert json.loads(packages)[-2:] == ["roads", "dogs"]
+  assert json.loads(packages)[-2:] == [NEW, OTHER]
 
 
 def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, monkeypatch):
@@ -94,7 +102,8 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
   assert module is segmentation_task and config.trainer == "segmentation"
   saved = json.load(open(tmp_path / "config.json"))
   for trainer, said in (("gone", "error: {} is a run of the trainer 'gone', whose code is not importable here "
-                                 "(No module named 'gone'): run from the root of its repository, or pip install -e . there"),
+                                 "(No module named 'gone'): run the scripts/export.py of its repository, or pip "
+                                 "install -e . there"),
                         (None, "error: {} names no trainer (trainer None); give the --workdir of a training run")):
     (tmp_path / "config.json").write_text(json.dumps({**saved, "trainer": trainer}))
     capsys.readouterr()
@@ -125,6 +134,26 @@ def test_evaluate_and_predict_refuse_the_run_of_a_look_alike_trainer(tmp_path, c
         f"give the --workdir of a run of this trainer, or pass --config=<file>{hint}"]
 
 
+@pytest.mark.slow
+def test_a_copys_script_runs_the_copys_new_trainer_from_its_root(tmp_path, capsys):
+  """`python scripts/export.py` from the root of a repository a trainer was added to, before its
+  `pip install` (was: "not importable here ... run from the root of its repository" while run from
+  there: sys.path[0] is scripts/, and the suite's own repository is the one on PYTHONPATH): the
+  script runs the copy's packages (scripts/repository_root.py) and exports the new trainer's run."""
+  dest = tmp_path / "repo"
+  for name in ("common", "configs", "scripts", "segmentation"):
+    shutil.copytree(os.path.join(REPO_ROOT, name), dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+  shutil.copy(os.path.join(REPO_ROOT, "pyproject.toml"), dest)
+  assert run(capsys, NEW, "--from", "segmentation", "--dest", str(dest)) == (0, [])
+  config = helpers.make_config("segmentation", "smoke", trainer=NEW)
+  model = segmentation_task.build_model(config, segmentation_data.read_settings(config.data))
+  test_predict.write_run(NEW, dest / "runs" / NEW, model, config)
+  result = helpers.run_python(["scripts/export.py", f"--workdir=runs/{NEW}", "--format=saved_model",
+                               "--output=exported"], cwd=dest, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (dest / "exported" / "assets" / "trainer.txt").read_text() == f"{NEW}\n"
+
+
 def write_repository(root):
   """A repository of one small trainer, mini (what the command reads of one)."""
   for path, text in {"pyproject.toml": '[tool.setuptools]\npackages = ["common", "mini"]\n',
@@ -141,16 +170,16 @@ def write_repository(root):
 def test_a_bad_name_source_or_destination_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
   dest = str(tmp_path / "repo")
   write_repository(dest)
-  assert run(capsys, "taken", "--from", "mini", "--dest", dest)[0] == 0
+  assert run(capsys, TAKEN, "--from", "mini", "--dest", dest)[0] == 0
   before = files_of(dest)
   for args, said in (
       (["Roads", "--from", "mini"], "error: 'Roads' is not a package name: lower-case letters, digits and _"),
       (["class", "--from", "mini"], "error: 'class' is not a package name"),
-      (["roads", "--from", "nothing"], f"error: --from=nothing: not a trainer of {dest} (its trainers: mini, taken)"),
-      (["taken", "--from", "mini"], f"error: {os.path.join(dest, 'taken')} exists already: choose another name"),
+      ([NEW, "--from", "nothing"], f"error: --from=nothing: not a trainer of {dest} (its trainers: mini, {TAKEN})"),
+      ([TAKEN, "--from", "mini"], f"error: {os.path.join(dest, TAKEN)} exists already: choose another name"),
       (["json", "--from", "mini"], "error: 'json' is already an importable module ("),
-      (["roads"], "error: the following arguments are required: --from"),
-      (["roads", "--from", "mini", "--dest", str(tmp_path)], f"error: --dest={tmp_path} is not a repository of trainers"),
+      ([NEW], "error: the following arguments are required: --from"),
+      ([NEW, "--from", "mini", "--dest", str(tmp_path)], f"error: --dest={tmp_path} is not a repository of trainers"),
   ):
     code, lines = run(capsys, *args, *(() if "--dest" in args else ("--dest", dest)))
     assert code == 2 and len(lines) == 1 and lines[0].startswith(said), (args, lines)
@@ -165,7 +194,7 @@ def test_a_bad_name_source_or_destination_is_one_line_and_writes_nothing(tmp_pat
     write(path, text)
 
   monkeypatch.setattr(new_trainer, "_write", interrupted)
-  assert run(capsys, "roads", "--from", "mini", "--dest", dest) == (
+  assert run(capsys, NEW, "--from", "mini", "--dest", dest) == (
       128 + signal.SIGINT, ["error: interrupted by SIGINT; nothing was written"])
   assert written and files_of(dest) == before
 
@@ -194,8 +223,8 @@ def repository_on_tmpfs(path, state):
 def test_a_read_only_or_full_destination_is_one_line_and_leaves_nothing(tmp_path, capsys, state, reason):
   with repository_on_tmpfs(tmp_path / "repo", state) as dest:
     before = files_of(dest)
-    code, lines = run(capsys, "roads", "--from", "mini", "--dest", dest)
-    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: cannot write {dest}/roads"), lines
+    code, lines = run(capsys, NEW, "--from", "mini", "--dest", dest)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: cannot write {dest}/{NEW}"), lines
     assert lines[0].endswith(f"({reason}); make --dest writable or free space, then run the command again: "
                              "nothing was written"), lines
     assert files_of(dest) == before
@@ -222,11 +251,13 @@ def fresh_venv(path):
 
 @pytest.mark.slow
 def test_the_readme_template_route_in_a_fresh_copy_and_virtual_environment(tmp_path):
-  """Every line of the README's template route as written, in order, in a copy of the repository:
-  the copy, `pip install -r requirements.txt` in a fresh venv (offline: the requirements are
-  installed already, and the build uses the installed setuptools), training, export and predict,
-  all by the code of roads (its name in each file it writes). Its tests/test_roads.py, which trains
-  2 steps more, is left to the copy's own suite (about 20 s here)."""
+  """Every line of the README's template route, in order, in a copy of the repository where the
+  README's example was run already (as a user who followed it has it): the copy, the route under
+  the session's name NEW (the README's name swapped for it), `pip install -r requirements.txt` in a
+  fresh venv (offline: the requirements are installed already, and the build uses the installed
+  setuptools) installing both trainers, training, export and predict, all by the code of NEW (its
+  name in each file it writes). Its tests/test_NEW.py, which trains 2 steps more, is left to the
+  copy's own suite (about 20 s here)."""
   project = tmp_path / "project"
   copy_of_the_repository(project)
   Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 56, 3), np.uint8)).save(project / "photo.jpg")
@@ -238,16 +269,21 @@ def test_the_readme_template_route_in_a_fresh_copy_and_virtual_environment(tmp_p
     result = subprocess.run([python, *args], cwd=project, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, (args, result.stderr[-3000:])
 
-  run_line(helpers.readme_command("python scripts/new_trainer.py"))
+  example = helpers.readme_command("python scripts/new_trainer.py")[1]
+  if not (project / example).exists():
+    run_line(helpers.readme_command("python scripts/new_trainer.py"))
+  swap = [(example, NEW)]
+  run_line(helpers.readme_command("python scripts/new_trainer.py", paths=swap))
   run_line(["-m", "pip", "install", "-r", "requirements.txt"])  # the README's pip, the venv's interpreter
-  where = subprocess.run([python, "-c", "import roads, common; print(roads.__file__, common.__file__)"],
+  where = subprocess.run([python, "-c", f"import {example}, {NEW}, common; print({example}.__file__, "
+                          f"{NEW}.__file__, common.__file__)"],
                          cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stdout.split()
-  assert where == [str(project / "roads" / "__init__.py"), str(project / "common" / "__init__.py")]
-  for start, workdir in (("python -m roads.train", "runs/roads"),
-                         ("python scripts/export.py --workdir=runs/roads", "runs/roads"),
-                         ("python -m roads.predict", None)):
-    run_line(helpers.readme_command(start, workdir=workdir))  # as written (--workdir put back last)
-  assert json.load(open(project / "runs" / "roads" / "config.json"))["trainer"] == "roads"
+  assert where == [str(project / name / "__init__.py") for name in (example, NEW, "common")]
+  for start, workdir in ((f"python -m {example}.train", f"runs/{NEW}"),
+                         (f"python scripts/export.py --workdir=runs/{example}", f"runs/{NEW}"),
+                         (f"python -m {example}.predict", None)):
+    run_line(helpers.readme_command(start, paths=swap, workdir=workdir))  # as written (--workdir put back last)
+  assert json.load(open(project / "runs" / NEW / "config.json"))["trainer"] == NEW
   for saved_model in ("saved_model", "exported"):
-    assert (project / "runs" / "roads" / saved_model / "assets" / "trainer.txt").read_text() == "roads\n"
-  assert (project / "runs" / "roads_masks" / "photo_mask.png").is_file()
+    assert (project / "runs" / NEW / saved_model / "assets" / "trainer.txt").read_text() == f"{NEW}\n"
+  assert (project / "runs" / f"{NEW}_masks" / "photo_mask.png").is_file()

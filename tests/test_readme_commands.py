@@ -78,7 +78,7 @@ REAL_DATA = ("a real-data recipe of {} that {} runs as this line reads (the READ
 # The template route's lines, which need a copy of the repository to write into and an install.
 NEW_TRAINER = Skip(ELSEWHERE.format(
     "tests/test_new_trainer.py (in a fresh copy of the repository and a virtual environment, the "
-    "route's lines in order)", "that every file it writes names the trainer roads"))
+    "route's lines in order, under a name made per session)", "that every file it writes names the trainer"))
 TWO_STEPS = ("--config.train.num_steps=2",)
 ONE_INCEPTION_STEP = ("--config.train.num_steps=1", "--config.finetune.head_steps=1")
 ONE_BENCHMARK_STEP = ("--steps", "1", "--windows", "1")
@@ -171,9 +171,9 @@ ADAPTATIONS = {
         replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
                  ("--output_prefix=...", "--output_prefix=tfrecords/train"))),
     "python scripts/new_trainer.py": NEW_TRAINER,
-    "python -m roads.train": NEW_TRAINER,
-    "python scripts/export.py --workdir=runs/roads": NEW_TRAINER,
-    "python -m roads.predict": NEW_TRAINER,
+    "python -m buildings.train": NEW_TRAINER,
+    "python scripts/export.py --workdir=runs/buildings": NEW_TRAINER,
+    "python -m buildings.predict": NEW_TRAINER,
     "tensorboard --logdir runs": Skip(ELSEWHERE.format(
         "tests/test_tensorboard_contents.py", "the HParams it serves for a folder of runs")),
     "tensorboard --logdir runs/segmentation": Skip(ELSEWHERE.format(

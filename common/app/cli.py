@@ -29,10 +29,17 @@ from common.training import checkpoints
 
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
+# The repository (or site-packages) this package was imported from, where the trainers' own config
+# files are: configs/<trainer>.py is found there whatever the folder a command runs from.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def define_flags(default_config, default_workdir):
-  """Defines --config (file[:preset], with --config.key=value overrides) and --workdir."""
+  """Defines --config (file[:preset], with --config.key=value overrides) and --workdir.
+
+  default_config, relative to the repository root, is found beside this package (own_config); a
+  --config the user gives is relative to the current folder."""
+  default_config = own_config(default_config)
   _config_default[:] = [default_config]  # for --help
   _check_config_args(default_config, sys.argv)
   config_flag = config_flags.DEFINE_config_file(
@@ -125,6 +132,13 @@ def check_evaluation_paths(workdir, saved_model, report_dir):
     workdir_lib.check_writable(os.path.join(workdir, "eval"), flag="--workdir (or give --report_dir)")
 
 
+def own_config(default_config):
+  """The trainer's own config file (a path relative to the repository root) in the repository this
+  package was imported from: as given when the command runs from that root, else its absolute path."""
+  path = os.path.join(REPO_ROOT, default_config)
+  return default_config if os.path.abspath(default_config) == path else path
+
+
 def _check_config_args(default_config, argv):
   """A missing config file, another trainer's or a typo in --config.some.key is one line, not a
   traceback (another trainer's config was a KeyError deep in the run).
@@ -135,16 +149,15 @@ def _check_config_args(default_config, argv):
   config_args = _config_file_args(argv)
   path = (config_args[-1].split("=", 1)[1] if config_args else default_config).split(":")[0]
   if not os.path.isfile(path):
-    fail(f"config file {path} does not exist (run from the repository root, or give its path)")
+    fail(f"config file {path} does not exist (a relative --config is read from the current folder, "
+         f"{os.getcwd()}); give the path of one, e.g. --config={default_config}" if config_args else
+         f"config file {path}, this trainer's own, does not exist: give --config=<a config file>")
   keys = config_lib.override_keys(argv[1:])
   if not keys and not config_args:
     return
   try:
     config = _load_config(default_config, argv[:1] + config_args)
-    # The trainer's own config file, found beside this package when run from another folder.
-    own = default_config if os.path.isfile(default_config) else os.path.join(
-        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), default_config)
-    trainer = _load_config(own, argv[:1]).trainer
+    trainer = _load_config(default_config, argv[:1]).trainer
     if config.trainer != trainer:
       raise ConfigError(f"config file {path} is another trainer's config (trainer {config.trainer!r}, not "
                         f"{trainer!r}); give {default_config} or a copy of it")
