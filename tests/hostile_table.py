@@ -163,6 +163,10 @@ SURFACES[f"{TRI}.predict"]["--threshold_from (an export's JSON)"] += ("no export
 SURFACES[EXPORT]["--saved_model"] += ("other outputs under the run's trainer",)
 SURFACES[EXPORT]["--output"] += ("an earlier export's name without its JSON", "a file at <output>.json no export wrote")
 SURFACES[EXPORT]["the run's threshold (triplet)"] = (None, "at or below 0")
+for _command in TRAINER_COMMANDS:
+  SURFACES[_command]["config values"] += ("over its upper bound",)
+for _command in (f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"):
+  SURFACES[_command]["eval.window, eval.stride, eval.scales"] += ("stride without a window",)
 
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
@@ -729,4 +733,9 @@ ROWS = [
     (EXPORT, "--output", ("an earlier export's name without its JSON", "a file at <output>.json no export wrote"),
      "does not say {foreign} is an earlier onnx export", 2,
      HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
+    (TRAINER_COMMANDS, "config values", "over its upper bound", ("must be below data.patch_size", "is over its bound"),
+     2, "tests/test_config.py::test_every_count_and_size_has_an_upper_bound_checked_before_any_work"),
+    ((f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"), "eval.window, eval.stride, eval.scales",
+     "stride without a window", "is the step between windows, and eval.window=0", 2,
+     "tests/test_config.py::test_eval_stride_without_eval_window_is_one_line"),
 ]
