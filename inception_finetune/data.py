@@ -30,6 +30,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from common.contract import bounds
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
@@ -82,6 +83,17 @@ class DataSettings:
   cache_dir: str
   synthetic_images_per_class: int
   synthetic_image_size: int
+# bounds.check's: the data section's counts and sizes.
+BOUNDS = {
+    **dict.fromkeys(["data.image_size", "data.synthetic_image_size"], bounds.SIDE),
+    **dict.fromkeys(["data.num_classes", "data.labels_offset"], bounds.CLASSES),
+    "data.randaugment_ops": (len(augment.OPERATIONS), "RandAugment's layers, each drawing one of its "
+                             f"{len(augment.OPERATIONS)} operations: more repeat them on an image beyond recognition"),
+    "data.eval_batch_size": bounds.BATCH,
+    "data.shuffle_buffer": bounds.SHUFFLE,
+    **dict.fromkeys(["data.min_class_count", "data.oversample_to", "data.synthetic_images_per_class"],
+                    bounds.IMAGES),
+}
 
 
 def read_settings(data_cfg):
@@ -104,6 +116,7 @@ def read_settings(data_cfg):
       "data.labels_offset": config_lib.NON_NEGATIVE_INT,
       "data.synthetic_image_size": config_lib.POSITIVE_INT,
   })
+  bounds.check({"data": values}, BOUNDS)
   for key in ("train_dir", "eval_dir", "csv_path", "images_dir", "train_pattern", "eval_pattern",
               "labels_file", "cache_dir"):
     values[key] = values[key] or ""

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.app import export as export_lib
+from common.contract import bounds
 from common.contract import config as config_lib
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
@@ -67,6 +68,7 @@ def validate_config(config):
       "model.hidden_dropout_rate": config_lib.FRACTION,
       "model.logits_stddev": config_lib.NON_NEGATIVE,
   })
+  bounds.check(config, {"model.hidden_units": bounds.CHANNELS})
   if config.finetune.head_steps > config.train.num_steps:
     raise ConfigError(f"finetune.head_steps={config.finetune.head_steps} must be in "
                       f"[0, train.num_steps={config.train.num_steps}]")

@@ -21,6 +21,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
+from common.contract import bounds
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
@@ -59,6 +60,17 @@ AUGMENT_CHECKS = {
     "data.augment.contrast": config_lib.FRACTION,
     "data.augment.saturation": config_lib.FRACTION,
     "data.augment.hue": config_lib.number(0, 0.5),  # half the colour wheel either way reaches every hue
+}
+# bounds.check's: the data section's counts and sizes (data.augment.crop_padding: below data.patch_size).
+BOUNDS = {
+    **dict.fromkeys(["data.patch_size", "data.image_size"], bounds.SIDE),
+    "data.num_classes": (255, "masks are 8-bit, with room for data.ignore_label"),
+    "data.patches_per_image": (1024, "patches cut from one image per epoch, each a training example"),
+    "data.shuffle_buffer": bounds.SHUFFLE,
+    "data.eval_batch_size": bounds.BATCH,
+    "data.eval_max_pixels": (2**28, "the pixels one call of the network sees: float32 logits of 2^28 "
+                             "pixels are a GB per class"),
+    **dict.fromkeys(["data.num_train_images", "data.num_eval_images"], bounds.IMAGES),
 }
 
 
@@ -112,6 +124,7 @@ def read_settings(data_cfg, for_training=True):
                                                  "a sequence of strings (() = the source's names)"),
       "data.npy_pixel_max": config_lib.POSITIVE,
   } | AUGMENT_CHECKS)
+  bounds.check({"data": values}, BOUNDS)
   settings = DataSettings(**dict(values, class_names=tuple(values["class_names"]),
                                  augment=_read_augmentation(values["augment"])))
   _check_values(settings)
@@ -135,6 +148,9 @@ def _check_values(settings):
   for key in ("patch_size", "patches_per_image", "shuffle_buffer", "eval_batch_size", "eval_max_pixels"):
     if getattr(settings, key) < 1:
       raise ConfigError(f"data.{key} must be >= 1, got {getattr(settings, key)}")
+  if settings.augment.crop_padding >= settings.patch_size:
+    raise ConfigError(f"data.augment.crop_padding={settings.augment.crop_padding} must be below data.patch_size="
+                      f"{settings.patch_size}: a patch could fall wholly in the padding, which has no label")
   if not 0 < settings.eval_fraction < 1:
     raise ConfigError(f"data.eval_fraction must be in (0, 1), got {settings.eval_fraction}")
   if settings.class_names and len(settings.class_names) != settings.num_classes:

@@ -58,6 +58,9 @@ def read_inference(config):
   """Inference of config.eval, every value checked: a ConfigError naming the key."""
   config_lib.check_values(config, CHECKS)
   section, max_pixels = config.eval, config.data.eval_max_pixels
+  if section.stride and not section.window:
+    raise ConfigError(f"eval.stride={section.stride} is the step between windows, and eval.window=0 evaluates "
+                      "whole images: set eval.window too, or leave eval.stride at 0")
   if section.window and not 1 <= section.stride <= section.window:
     raise ConfigError(f"eval.stride={section.stride} must be in [1, eval.window={section.window}] (the step "
                       "between windows, e.g. two thirds of the window)")

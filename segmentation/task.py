@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.app import export as export_lib
+from common.contract import bounds
 from common.contract import config as config_lib
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
@@ -55,6 +56,8 @@ def validate_config(config, for_training=True):
       "loss.dice_weight": config_lib.NON_NEGATIVE,
       "loss.lovasz_weight": config_lib.NON_NEGATIVE,
   })
+  bounds.check(config, {"model.widths": bounds.CHANNELS, "loss.ohem_min_kept": (
+      settings.patch_size ** 2, "the pixels of a patch (data.patch_size squared), of which it keeps the hardest")})
   stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
   if settings.patch_size % stride:
     raise ConfigError(f"data.patch_size={settings.patch_size} is not divisible by the model's total "

@@ -179,6 +179,10 @@ SURFACES[f"{TRI}.predict"]["--threshold_from (an export's JSON)"] += ("no export
 SURFACES[EXPORT]["--saved_model"] += ("other outputs under the run's trainer",)
 SURFACES[EXPORT]["--output"] += ("an earlier export's name without its JSON", "a file at <output>.json no export wrote")
 SURFACES[EXPORT]["the run's threshold (triplet)"] = (None, "at or below 0")
+for _command in TRAINER_COMMANDS:
+  SURFACES[_command]["config values"] += ("over its upper bound",)
+for _command in (f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"):
+  SURFACES[_command]["eval.window, eval.stride, eval.scales"] += ("stride without a window",)
 
 # Issue 50, anyfolder: where the user stands (../shared/HOSTILE.md).
 WHERE, ANOTHER_FOLDER = "where the user stands", "another folder, relative and absolute paths"
@@ -806,4 +810,9 @@ ROWS = [
     (NEW_TRAINER, WHERE, f"{README_EXAMPLE}: the container build", ('"pip", "install", "--no-deps", "-e", "."',
                                                                     "image_files(str(root))"), 0,
      "tests/test_deploy.py::test_the_image_files_install_every_trainer_one_added_by_new_trainer_included"),
+    (TRAINER_COMMANDS, "config values", "over its upper bound", ("must be below data.patch_size", "is over its bound"),
+     2, "tests/test_config.py::test_every_count_and_size_has_an_upper_bound_checked_before_any_work"),
+    ((f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"), "eval.window, eval.stride, eval.scales",
+     "stride without a window", "is the step between windows, and eval.window=0", 2,
+     "tests/test_config.py::test_eval_stride_without_eval_window_is_one_line"),
 ]

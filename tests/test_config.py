@@ -2,6 +2,7 @@
 import ast
 import importlib
 import math
+import re
 
 import pytest
 
@@ -210,3 +211,42 @@ def test_bad_value_on_the_command_line_is_one_error_line_and_exit_code_2(
   assert result.returncode == 2, result.stderr[-2000:]
   assert len(errors) == 1 and key in errors[0], result.stderr[-2000:]
   assert "Traceback" not in result.stderr
+
+
+# Sizes in seconds, pixels or distances: the float keys bounded above (the others are rates and weights).
+FLOAT_BOUNDED = {"train.seconds_per_loop": 86401.0, "train.stall_timeout_s": 7 * 86400 + 1.0, "loss.margin": 4.5}
+# Keys whose value sets another's (helpers.make_config: the triplet's batch is their product), named instead.
+NAMED_AS = {"data.identities_per_batch": "train.batch_size", "data.images_per_identity": "train.batch_size"}
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_every_count_and_size_has_an_upper_bound_checked_before_any_work(trainer):
+  """Every integer key (or sequence of them) of the config, and the float sizes, set past any sensible
+  value (2^40; a crop padding as wide as the patch; 100 RandAugment operations) is one line naming the
+  key: was a run on padding only (loss 0.0000, exit 0) or out of memory."""
+  config = make_config(TRAINERS[trainer][0], "smoke")
+  values = {key: config_lib.get_value(config, key) for key in config_lib.flatten_keys(config)}
+  cases = [(key, 2**40) for key, value in values.items() if config_lib._is_int(value)]
+  cases += [(key, (2**40,) * len(value)) for key, value in values.items() if isinstance(value, tuple) and value
+            and all(config_lib._is_int(v) for v in value)]
+  cases += [(key, value) for key, value in FLOAT_BOUNDED.items() if key in values]
+  cases += {"segmentation": [("data.augment.crop_padding", 28), ("data.augment.crop_padding", 100000),
+                             ("loss.ohem_min_kept", 28 * 28 + 1)],
+            "inception": [("data.randaugment_ops", 100)]}.get(trainer, [])
+  assert len(cases) > 30
+  for key, value in cases:
+    with pytest.raises(ConfigError) as error:
+      validate(trainer, make_config(TRAINERS[trainer][0], "smoke", **{key: value}))
+    assert NAMED_AS.get(key, key) in str(error.value) and "\n" not in str(error.value), (key, value, str(error.value))
+  key, value, said = {  # the issue's cases, the line's words
+      "segmentation": ("data.augment.crop_padding", 100000, "=100000 must be below data.patch_size=28: a patch"),
+      "triplet": ("model.embedding_size", 5000, "=5000 is over its bound 4,096: more channels"),
+      "inception": ("data.randaugment_ops", 100, "=100 is over its bound 14: RandAugment's layers"),
+  }[trainer]
+  with pytest.raises(ConfigError, match=re.escape(key + said)):
+    validate(trainer, make_config(TRAINERS[trainer][0], "smoke", **{key: value}))
+
+
+def test_eval_stride_without_eval_window_is_one_line():
+  with pytest.raises(ConfigError, match=r"eval.stride=8 is the step between windows, and eval.window=0"):
+    validate("segmentation", make_config("segmentation", "smoke", **{"eval.stride": 8}))

@@ -18,6 +18,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from common.contract import bounds
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
@@ -79,6 +80,18 @@ class DataSettings:
   pairs_per_fold: int
 
 
+# bounds.check's: the data section's counts and sizes.
+BOUNDS = {
+    **dict.fromkeys(["data.load_size", "data.crop_size"], bounds.SIDE),
+    **dict.fromkeys(["data.identities_per_batch", "data.images_per_identity", "data.eval_batch_size"],
+                    bounds.BATCH),
+    **dict.fromkeys(["data.num_train_identities", "data.num_eval_identities", "data.pairs_per_fold"],
+                    bounds.IMAGES),
+    "data.images_per_synthetic_identity": (1000, "the images a synthetic identity makes in memory"),
+    "data.num_pair_folds": (100, "cross-validation folds of the verification pairs (LFW's protocol has 10)"),
+}
+
+
 def read_settings(data_cfg):
   """The config's data section -> DataSettings, every value checked before any file is listed: a
   ConfigError naming the first bad one (data.<key>). The checks that need another section (the
@@ -99,6 +112,7 @@ def read_settings(data_cfg):
       "data.num_eval_identities": config_lib.integer(2),
       "data.images_per_synthetic_identity": config_lib.integer(2),
   })
+  bounds.check({"data": values}, BOUNDS)
   text_inputs.check_duplicates_mode(values["duplicates"])
   for key in ("train_dir", "eval_dir", "pairs_file", "pairs_dir", "cache_dir"):
     values[key] = values[key] or ""

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.app import export as export_lib
+from common.contract import bounds
 from common.contract import config as config_lib
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
@@ -59,6 +60,9 @@ def validate_config(config, for_training=True):
       "model.sync_batch_norm": config_lib.BOOL,
       "summaries.max_projector_points": config_lib.integer(0, summaries.MAX_PROJECTOR_POINTS),
   })
+  bounds.check(config, {"model.embedding_size": bounds.CHANNELS, "model.widths": bounds.CHANNELS,
+                        "loss.margin": (4, "the largest squared distance of two L2-normalized embeddings: "
+                                        "no triplet could meet a larger margin")})
   if not for_training:
     return settings
   p, k = settings.identities_per_batch, settings.images_per_identity

@@ -16,6 +16,7 @@ import typing
 
 import ml_collections
 
+from common.contract import bounds
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 
@@ -290,14 +291,12 @@ def validate_config(config):
           "one or more"),
       "optimizer.final_fraction": FRACTION,
       "optimizer.power": POSITIVE,
-      "optimizer.adam.beta_1": FRACTION,
-      "optimizer.adam.beta_2": FRACTION,
+      **dict.fromkeys(["optimizer.adam.beta_1", "optimizer.adam.beta_2"], FRACTION),
       "optimizer.adam.epsilon": POSITIVE,
       "optimizer.adamw.weight_decay": NON_NEGATIVE,
       "optimizer.sgd.momentum": FRACTION,
       "optimizer.sgd.nesterov": BOOL,
-      "optimizer.rmsprop.rho": FRACTION,
-      "optimizer.rmsprop.momentum": FRACTION,
+      **dict.fromkeys(["optimizer.rmsprop.rho", "optimizer.rmsprop.momentum"], FRACTION),
       "optimizer.rmsprop.epsilon": POSITIVE,
       "optimizer.clipnorm": NON_NEGATIVE,  # 0 = off
       "summaries.max_outputs": NON_NEGATIVE_INT,  # 0 = no images
@@ -307,6 +306,7 @@ def validate_config(config):
       "hardware.memory_growth": BOOL,
       "distribution.strategy": one_of("auto", "one_device", "mirrored", "multi_worker"),
   })
+  bounds.check(config, bounds.SHARED)
 
 
 def get_value(config, dotted_key):
