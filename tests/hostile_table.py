@@ -729,7 +729,7 @@ ROWS = [
      NEW_TRAINER_BAD),
     (NEW_TRAINER, "NAME", "already importable", "'json' is already an importable module (", 2, NEW_TRAINER_BAD),
     (NEW_TRAINER, "--from", ("missing", "unknown"),
-     ("the following arguments are required: --from", "not a trainer of {dest} (its trainers: mini, taken)"), 2,
+     ("the following arguments are required: --from", "not a trainer of {dest} (its trainers: mini, {TAKEN})"), 2,
      NEW_TRAINER_BAD),
     (NEW_TRAINER, "--dest", "in the way", "exists already: choose another name", 2, NEW_TRAINER_BAD),
     (NEW_TRAINER, "--dest", "not a repository of trainers", "is not a repository of trainers", 2, NEW_TRAINER_BAD),
