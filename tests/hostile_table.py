@@ -763,7 +763,7 @@ ROWS = [
      "tests/test_gpu_warning.py::test_a_gpu_preset_on_a_cpu_says_what_it_costs_and_the_cpu_preset"),
     # Issue 50, predict:
     (f"{SEG}.predict", "--output_dir", "the user's files under its output names",
-     ("exists; predict never replaces a file it did not make", "img00_mask.png", "digests(path)"), 2,
+     ("exists; predict writes only new files", "img00_mask.png", "digests(path)"), 2,
      PREDICT_OUTPUTS + "test_the_issues_command_lines_leave_the_users_files_as_they_were"),
     (f"{SEG}.predict", "--output_dir", "two photos of one name stem",
      ("would both write", "a/img.jpg", "b/img.jpg"), 2,

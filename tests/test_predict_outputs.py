@@ -35,8 +35,8 @@ def digests(folder):
 
 
 def exists_line(path, flag="--output_dir"):
-  return (f"error: {path} exists; predict never replaces a file it did not make: choose another {flag}, or "
-          "move the file away")
+  return (f"error: {path} exists; predict writes only new files, never over a user's or an earlier run's: "
+          f"choose another {flag}, or move the file away")
 
 
 def test_predict_never_writes_over_a_file_or_reads_its_own_outputs(tmp_path, capsys):

@@ -93,8 +93,8 @@ def check_new(paths, flag):
   earlier run's)."""
   for path in paths:
     if path and os.path.lexists(path):
-      raise WorkdirError(f"{path} exists; predict never replaces a file it did not make: choose another "
-                         f"{flag}, or move the file away")
+      raise WorkdirError(f"{path} exists; predict writes only new files, never over a user's or an earlier "
+                         f"run's: choose another {flag}, or move the file away")
 
 
 class Photos:
