@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from common.app import cli
 from common.app import commands
+from common.app.trainers import find_trainers
 from helpers import make_config
 from helpers import REPO_ROOT
 from helpers import run_python
@@ -258,7 +259,7 @@ def test_every_script_run_as_a_file_imports_this_repositorys_packages_first():
   """`python scripts/x.py` puts scripts/ on sys.path, not the root (was: a trainer added in a copy was
   not importable from the copy's root, or another installed repository's ran): every script that
   runs as a file and imports the repository's packages imports scripts/repository_root.py first."""
-  project = ("common", "configs", "scripts", "segmentation", "triplet", "inception_finetune")
+  project = ("common", "configs", "scripts", *(trainer.package for trainer in find_trainers(REPO_ROOT)))
   checked = []
   for path in sorted(glob.glob(os.path.join(REPO_ROOT, "scripts", "*.py"))):
     body = ast.parse(open(path).read()).body

@@ -7,15 +7,13 @@ import shutil
 import pytest
 import tensorflow as tf
 
+from common.app.trainers import find_trainers
 from common.training import FOR_TRAINERS
 from helpers import REPO_ROOT
 from helpers import run_python
 
-TRAINERS = {  # folder: its config file
-    "segmentation": "segmentation.py",
-    "triplet": "triplet.py",
-    "inception_finetune": "inception_v4.py",
-}
+# folder: its config file, of every trainer of the repository (one new_trainer.py made included).
+TRAINERS = {trainer.package: trainer.config_module.rpartition(".")[2] + ".py" for trainer in find_trainers(REPO_ROOT)}
 PACKAGES = ("common", "configs", "scripts") + tuple(TRAINERS)
 # The jobs every trainer folder has under the same names (the model of inception_finetune is
 # inception_v4.py, after the network).
