@@ -11,6 +11,7 @@ import keras
 import tensorflow as tf
 
 from common.app.trainers import find_trainers
+from common.contract import checks
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.runtime import hardware
@@ -57,7 +58,7 @@ def load_config(trainer, preset, overrides, batch_size):
       config.data.identities_per_batch = batch_size // k
     else:
       config.train.batch_size = batch_size
-  config_lib.validate_config(config)
+  checks.validate_config(config)
   return config
 
 

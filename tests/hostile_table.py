@@ -796,7 +796,7 @@ ROWS = [
      HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
     # Issue 50, anyfolder: where the user stands (cli.own_config, scripts/repository_root.py, deploy/Dockerfile).
     (EVALUATE + (EXPORT,), WHERE, ANOTHER_FOLDER, ("os.path.relpath(triplet_smoke_run.workdir)",
-                                                    "export_script.trainer_of(workdir)"), 0,
+                                                    "run_export.trainer_of(workdir)"), 0,
      "tests/test_cli_paths.py::test_commands_that_read_a_run_work_from_another_folder"),
     (PREDICT, WHERE, ANOTHER_FOLDER, ("--workdir={os.path.relpath(run, elsewhere)}", "cwd=elsewhere"), 0,
      "tests/test_cli_paths.py::test_predict_runs_from_another_folder_with_relative_and_absolute_paths"),

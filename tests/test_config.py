@@ -7,6 +7,7 @@ import re
 import pytest
 
 from common.app.trainers import find_trainers
+from common.contract import checks
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from helpers import REPO_ROOT
@@ -148,7 +149,7 @@ BAD_VALUES = [(trainer, key, value) for trainer in TRAINERS for key, value in SH
 
 def validate(trainer, config):
   """Both checks, in the order a run makes them (prepare_run, then make_task)."""
-  config_lib.validate_config(config)
+  checks.validate_config(config)
   importlib.import_module(TRAINERS[trainer][1]).validate_config(config)
 
 
@@ -227,9 +228,9 @@ def test_every_count_and_size_has_an_upper_bound_checked_before_any_work(trainer
   key: was a run on padding only (loss 0.0000, exit 0) or out of memory."""
   config = make_config(TRAINERS[trainer][0], "smoke")
   values = {key: config_lib.get_value(config, key) for key in config_lib.flatten_keys(config)}
-  cases = [(key, 2**40) for key, value in values.items() if config_lib._is_int(value)]
+  cases = [(key, 2**40) for key, value in values.items() if checks._is_int(value)]
   cases += [(key, (2**40,) * len(value)) for key, value in values.items() if isinstance(value, tuple) and value
-            and all(config_lib._is_int(v) for v in value)]
+            and all(checks._is_int(v) for v in value)]
   cases += [(key, value) for key, value in FLOAT_BOUNDED.items() if key in values]
   cases += {"segmentation": [("data.augment.crop_padding", 28), ("data.augment.crop_padding", 100000),
                              ("loss.ohem_min_kept", 28 * 28 + 1)],

@@ -18,11 +18,11 @@ from PIL import Image
 import pytest
 
 from common.app import cli
+from common.app import run_export
 from common.app import trainers as trainers_lib
 from common.contract import config as config_lib
 import helpers
 from helpers import REPO_ROOT
-from scripts import export as export_script
 from scripts import new_trainer
 from segmentation import data as segmentation_data
 from segmentation import task as segmentation_task
@@ -99,7 +99,7 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
   whose config looks the same); one it cannot import, or none named, is one line."""
   monkeypatch.setattr(sys, "argv", ["export"])  # run_config reads --config arguments from it
   config_lib.write_config(helpers.make_config("segmentation", "smoke"), str(tmp_path))
-  module, config = export_script.trainer_of(str(tmp_path))
+  module, config = run_export.trainer_of(str(tmp_path))
   assert module is segmentation_task and config.trainer == "segmentation"
   saved = json.load(open(tmp_path / "config.json"))
   for trainer, said in (("gone", "error: {} is a run of the trainer 'gone', whose code is not importable here "
@@ -109,7 +109,7 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
     (tmp_path / "config.json").write_text(json.dumps({**saved, "trainer": trainer}))
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-      cli.run_guarded(export_script.trainer_of, str(tmp_path))
+      cli.run_guarded(run_export.trainer_of, str(tmp_path))
     assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
         said.format(tmp_path / "config.json")]
 
