@@ -43,6 +43,7 @@ from common.training import compiled_calls
 from common.training import diagnostics
 from common.training import distributed
 from common.training import evaluation as evaluation_lib
+from common.training import progress as progress_lib
 from common.training import run_state
 from common.training import summaries as summaries_lib
 from common.training import worker_files
@@ -130,7 +131,7 @@ def _start_run(config, cluster, model, phases, task):
   summaries.write_config(start_step, config)
   return _Run(config, model, task, cluster, checkpoint, summaries, record, evaluate_fn, start_step,
               total_steps=sum(phase.num_steps for phase in phases), average=average,
-              profile=diagnostics.StepProfile(config.train.profile_steps, cluster.out, cluster.chief))
+              profile=diagnostics.StepProfile(config.train.profile_steps, cluster.out))
 
 
 def _exit_on_stall(train_cfg, cluster):
@@ -154,19 +155,20 @@ def _train_phase(run, phase, phase_end, watchdog, consecutive):
     call = calls.run(actions_lib.next_end(actions, step, calls.next_length(), phase_end))
     step = call.step
     watchdog.beat(step)
-    actions_lib.run_due(actions, call)
+    actions_lib.run_due(actions, call, run.cluster.chief)
   return calls.consecutive
 
 
 def _actions(run, phase, phase_end, watchdog):
   """What runs after the phase's compiled calls, in this order, each at its cadence
-  (common.training.actions); a copier adds to this list."""
+  (common.training.actions): the engine's, with the trainer's own (Task.make_actions) after the
+  summaries, before the checkpoint, the evaluation and the signal check."""
   train_cfg, checkpoint, summaries = run.config.train, run.checkpoint, run.summaries
-  progress = actions_lib.Progress(phase, run.model.trainable_variables, run.total_steps, run.record,
+  progress = progress_lib.Progress(phase, run.model.trainable_variables, run.total_steps, run.record,
                                   summaries, train_cfg.stall_update_ratio)
 
   def write_train_scalars(call):
-    summaries.write_train_scalars(call.step, call.metrics[-1], actions_lib.learning_rate(phase.optimizer),
+    summaries.write_train_scalars(call.step, call.metrics[-1], progress_lib.learning_rate(phase.optimizer),
                                   float(checkpoint.nonfinite_steps))
 
   def evaluate(call):
@@ -180,6 +182,7 @@ def _actions(run, phase, phase_end, watchdog):
       Action(progress.say_if_quiet),
       Action(write_train_scalars, every=(run.config.summaries.scalars_every,)),
       *summaries.heavy_actions(train_cfg.eval_every, run.total_steps),
+      *(run.task.make_actions(run.model, summaries) if run.task.make_actions else ()),
       # Before each evaluation too, so that a failing or interrupted one loses no step.
       Action(lambda call: checkpoint.save(), every=(train_cfg.checkpoint_every, train_cfg.eval_every)),
       Action(evaluate, every=(train_cfg.eval_every,)),
