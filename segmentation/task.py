@@ -25,6 +25,7 @@ from segmentation import inference as inference_lib
 from segmentation import losses
 from segmentation import metrics
 from segmentation import model as model_lib
+from segmentation import overlays
 from segmentation import visualize
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
@@ -55,8 +56,9 @@ def validate_config(config, for_training=True):
       "loss.ohem_min_kept": checks.NON_NEGATIVE_INT,
       "loss.dice_weight": checks.NON_NEGATIVE,
       "loss.lovasz_weight": checks.NON_NEGATIVE,
+      "eval.overlays_every": checks.NON_NEGATIVE_INT,  # 0 = off
   })
-  bounds.check(config, {"model.widths": bounds.CHANNELS, "loss.ohem_min_kept": (
+  bounds.check(config, {"model.widths": bounds.CHANNELS, "eval.overlays_every": bounds.STEPS, "loss.ohem_min_kept": (
       settings.patch_size ** 2, "the pixels of a patch (data.patch_size squared), of which it keeps the hardest")})
   stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
   if settings.patch_size % stride:
@@ -227,4 +229,8 @@ def make_task(config, workdir, for_training=True):
       train_files=data.train_files,
       input_fingerprint=input_fingerprint(settings, config.train.batch_size, data) if for_training else {},
       data_report=data.data_report,
-      headline_metrics=("miou", "pixel_accuracy"))
+      headline_metrics=("miou", "pixel_accuracy"),
+      make_actions=lambda model, summaries: overlays.make_overlay_actions(
+          config.eval.overlays_every, data.eval, config.summaries.max_outputs,
+          make_predict_fn(model_forward(model, multiple), inference), class_names, settings.ignore_label,
+          summaries.train))
