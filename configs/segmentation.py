@@ -92,6 +92,10 @@ def get_config(preset=None):
   # each variant's logits brought back to the image's size and averaged.
   config.eval.flip = False
   config.eval.scales = (1.0,)  # e.g. (0.75, 1.0, 1.25)
+  # Every this many training steps, the first summaries.max_outputs evaluation images beside their
+  # truth and the model's prediction into TensorBoard (train/, overlays/<i>; segmentation/overlays.py),
+  # between evaluations; 0 = off.
+  config.eval.overlays_every = 0
 
   config.model = ml_collections.ConfigDict()
   config.model.widths = (16, 32, 64)  # one encoder level each; total stride 2**(levels-1)

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract import bounds
-from common.contract import config as config_lib
+from common.contract import checks
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import class_labels
@@ -101,20 +101,20 @@ def read_settings(data_cfg):
   ConfigError naming the first bad one (data.<key>). task.validate_config checks data.image_size
   against the network (model.aux_logits); make_datasets, that the source can give num_classes."""
   values = {field.name: data_cfg[field.name] for field in dataclasses.fields(DataSettings)}
-  config_lib.check_values({"data": values}, {
-      "data.central_fraction": config_lib.number(0, 1),  # TF-Slim's: 0 (or 1) = no crop
-      "data.augment": config_lib.BOOL,
-      "data.fast_mode": config_lib.BOOL,
-      "data.randaugment_ops": config_lib.NON_NEGATIVE_INT,  # 0 = off
-      "data.randaugment_magnitude": config_lib.number(0, augment.MAX_MAGNITUDE),
-      "data.mixup_alpha": config_lib.NON_NEGATIVE,  # 0 = off
-      "data.cutmix_alpha": config_lib.NON_NEGATIVE,  # 0 = off
-      "data.mix_prob": config_lib.number(0, 1),
-      "data.mix_switch_prob": config_lib.number(0, 1),
-      "data.skip_bad_files": config_lib.BOOL,
-      "data.min_class_count": config_lib.NON_NEGATIVE_INT,
-      "data.labels_offset": config_lib.NON_NEGATIVE_INT,
-      "data.synthetic_image_size": config_lib.POSITIVE_INT,
+  checks.check_values({"data": values}, {
+      "data.central_fraction": checks.number(0, 1),  # TF-Slim's: 0 (or 1) = no crop
+      "data.augment": checks.BOOL,
+      "data.fast_mode": checks.BOOL,
+      "data.randaugment_ops": checks.NON_NEGATIVE_INT,  # 0 = off
+      "data.randaugment_magnitude": checks.number(0, augment.MAX_MAGNITUDE),
+      "data.mixup_alpha": checks.NON_NEGATIVE,  # 0 = off
+      "data.cutmix_alpha": checks.NON_NEGATIVE,  # 0 = off
+      "data.mix_prob": checks.number(0, 1),
+      "data.mix_switch_prob": checks.number(0, 1),
+      "data.skip_bad_files": checks.BOOL,
+      "data.min_class_count": checks.NON_NEGATIVE_INT,
+      "data.labels_offset": checks.NON_NEGATIVE_INT,
+      "data.synthetic_image_size": checks.POSITIVE_INT,
   })
   bounds.check({"data": values}, BOUNDS)
   for key in ("train_dir", "eval_dir", "csv_path", "images_dir", "train_pattern", "eval_pattern",
@@ -126,10 +126,10 @@ def read_settings(data_cfg):
   if settings.num_classes < 0:
     _refuse_num_classes(settings)
   # (key, allowed, check) in the order the checks are made: the first that fails is the error.
-  checks = [("eval_fraction", "in (0, 1)", lambda v: 0 < v < 1)]
-  checks += [(key, ">= 1", lambda v: v >= 1) for key in ("image_size", "shuffle_buffer", "eval_batch_size")]
-  checks += [("oversample_to", ">= 0 (0 = off)", lambda v: v >= 0)]
-  for key, allowed, ok in checks:
+  rules = [("eval_fraction", "in (0, 1)", lambda v: 0 < v < 1)]
+  rules += [(key, ">= 1", lambda v: v >= 1) for key in ("image_size", "shuffle_buffer", "eval_batch_size")]
+  rules += [("oversample_to", ">= 0 (0 = off)", lambda v: v >= 0)]
+  for key, allowed, ok in rules:
     if not ok(getattr(settings, key)):
       raise ConfigError(f"data.{key} must be {allowed}, got {getattr(settings, key)}")
   text_inputs.check_duplicates_mode(settings.duplicates)

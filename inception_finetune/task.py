@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from common.app import export as export_lib
 from common.contract import bounds
-from common.contract import config as config_lib
+from common.contract import checks
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
 from common.data import listing
@@ -46,27 +46,27 @@ def validate_config(config):
         any(top.startswith(scope) or scope.startswith(top + "/") for top in tops)
         for scope in slim_checkpoint.parse_scopes(value))
 
-  scopes = config_lib.Check(known_scopes, "comma-separated prefixes of Inception V4 variables "
-                            f"({inception_v4.SCOPE}/<block>, {' or '.join(inception_v4.HEAD_SCOPES)}), or ''")
-  config_lib.check_values(config, {
+  scopes = checks.Check(known_scopes, "comma-separated prefixes of Inception V4 variables "
+                        f"({inception_v4.SCOPE}/<block>, {' or '.join(inception_v4.HEAD_SCOPES)}), or ''")
+  checks.check_values(config, {
       "checkpoint_exclude_scopes": scopes,
       "trainable_scopes": scopes,
-      "ignore_missing_vars": config_lib.BOOL,
-      "label_smoothing": config_lib.FRACTION,
-      "finetune.head_steps": config_lib.NON_NEGATIVE_INT,
-      "finetune.learning_rate": config_lib.learning_rate(config.optimizer.allow_extreme_learning_rate),
-      "finetune.unfreeze_last_blocks": config_lib.integer(
+      "ignore_missing_vars": checks.BOOL,
+      "label_smoothing": checks.FRACTION,
+      "finetune.head_steps": checks.NON_NEGATIVE_INT,
+      "finetune.learning_rate": checks.learning_rate(config.optimizer.allow_extreme_learning_rate),
+      "finetune.unfreeze_last_blocks": checks.integer(
           -1, blocks, allowed=f"-1 (all blocks) or an integer in [0, {blocks}]"),
-      "finetune.aux_loss_weight": config_lib.NON_NEGATIVE,
-      "model.aux_logits": config_lib.BOOL,
-      "model.dropout_rate": config_lib.FRACTION,
-      "model.weight_decay": config_lib.NON_NEGATIVE,
-      "model.batch_norm_decay": config_lib.FRACTION,
-      "model.sync_batch_norm": config_lib.BOOL,
-      "model.hidden_units": config_lib.NON_NEGATIVE_INT,  # 0 = no hidden layer
-      "model.hidden_l2": config_lib.NON_NEGATIVE,
-      "model.hidden_dropout_rate": config_lib.FRACTION,
-      "model.logits_stddev": config_lib.NON_NEGATIVE,
+      "finetune.aux_loss_weight": checks.NON_NEGATIVE,
+      "model.aux_logits": checks.BOOL,
+      "model.dropout_rate": checks.FRACTION,
+      "model.weight_decay": checks.NON_NEGATIVE,
+      "model.batch_norm_decay": checks.FRACTION,
+      "model.sync_batch_norm": checks.BOOL,
+      "model.hidden_units": checks.NON_NEGATIVE_INT,  # 0 = no hidden layer
+      "model.hidden_l2": checks.NON_NEGATIVE,
+      "model.hidden_dropout_rate": checks.FRACTION,
+      "model.logits_stddev": checks.NON_NEGATIVE,
   })
   bounds.check(config, {"model.hidden_units": bounds.CHANNELS})
   if config.finetune.head_steps > config.train.num_steps:

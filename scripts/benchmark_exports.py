@@ -4,8 +4,9 @@ import os
 
 import keras
 
+from common.app import conversion
+from common.app import export_check
 from scripts import benchmark_timing as timing
-from scripts import export as export_lib
 
 EXPORTS = (("SavedModel", "saved_model", None), ("ONNX", "onnx", None), ("LiteRT float32", "litert", None),
            ("LiteRT float16", "litert", "float16"), ("LiteRT int8", "litert", "int8"))
@@ -16,20 +17,20 @@ def benchmark_exports(task, settings, workdir):
   float32 Keras model's SavedModel and of its conversions, each in its own runtime; or
   {"skipped": why} without the export extra."""
   try:
-    export_lib.require("onnx")
-    export_lib.require("litert")
-  except export_lib.ExportError as e:
+    conversion.require("onnx")
+    conversion.require("litert")
+  except conversion.ExportError as e:
     return {"skipped": str(e)}
   keras.mixed_precision.set_global_policy("float32")
   saved_model = task.export(task.build_model(), os.path.join(workdir, "saved_model"))
-  reference = export_lib.load("saved_model", saved_model)
+  reference = conversion.load("saved_model", saved_model)
   first = []
 
   def keep_first_batch(images):
     first[:] = first or [images.numpy()]
     return reference(images=images)
 
-  export_lib.evaluate(task, keep_first_batch)  # the uint8 images its evaluation reads
+  export_check.evaluate(task, keep_first_batch)  # the uint8 images its evaluation reads
   batch = first[0]
   rows = []
   for name, fmt, quantize in EXPORTS:
@@ -37,9 +38,9 @@ def benchmark_exports(task, settings, workdir):
     path = saved_model
     if fmt != "saved_model":
       path = os.path.join(workdir, f"model-{quantize or 'float32'}.{fmt}")
-      export_lib.convert(reference, fmt, path, batch.shape[1:3] if fmt == "litert" else None, quantize,
+      conversion.convert(reference, fmt, path, batch.shape[1:3] if fmt == "litert" else None, quantize,
                          list(batch))
-    serve = export_lib.load(fmt, path)
+    serve = conversion.load(fmt, path)
     seconds = [timing.time_steps(lambda images=images: timing.fetch(serve(images)), settings,
                                  warmup_steps=1)[0]
                for images in (batch[:1], batch)]

@@ -10,6 +10,8 @@ import time
 import keras
 import tensorflow as tf
 
+from common.app.trainers import find_trainers
+from common.contract import checks
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
 from common.runtime import hardware
@@ -21,11 +23,10 @@ from scripts import flops as flops_lib
 from scripts import memory_estimate
 from scripts.peers import measure
 
-# trainer: (its config module, its task module). They are imported when the trainer is
-# benchmarked, so that benchmarking one trainer needs nothing from the others.
-TRAINERS = {"segmentation": ("configs.segmentation", "segmentation.task"),
-            "triplet": ("configs.triplet", "triplet.task"),
-            "inception_v4": ("configs.inception_v4", "inception_finetune.task")}
+# trainer (its task's NAME): (its config module, its task module), of every trainer of the repository
+# (one new_trainer.py made included). They are imported when the trainer is benchmarked, so that
+# benchmarking one trainer needs nothing from the others.
+TRAINERS = {trainer.name: (trainer.config_module, f"{trainer.package}.task") for trainer in find_trainers()}
 VARIANTS = ("float32", "float32+xla", "mixed", "mixed+xla")
 BUDGET_MB = 4096  # the GTX 960M
 # The GTX 960M's float32 peak: 640 CUDA cores, a multiply-add (2 FLOP) each per cycle at the 1,176
@@ -57,7 +58,7 @@ def load_config(trainer, preset, overrides, batch_size):
       config.data.identities_per_batch = batch_size // k
     else:
       config.train.batch_size = batch_size
-  config_lib.validate_config(config)
+  checks.validate_config(config)
   return config
 
 

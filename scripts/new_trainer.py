@@ -18,8 +18,10 @@ Prose ("a segmentation model") is left as it is.
 A bad name, an unknown --from or a name already taken is one line before anything is written; a
 write that fails (a read-only folder, a full disk) or a signal removes what was written.
 """
+if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
+  import repository_root  # pylint: disable=unused-import
+
 import argparse
-import ast
 import importlib.util
 import io
 import json
@@ -31,7 +33,9 @@ import signal
 import sys
 import tokenize
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common.app.trainers import REPO_ROOT
+from common.app.trainers import find_trainers
+
 # A package name that is also a valid file name everywhere.
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 # pyproject.toml's list of packages, one line (a TOML list of strings is JSON).
@@ -64,27 +68,6 @@ class _Stopped(Exception):
 def _stop(signum, frame):
   del signum, frame
   raise _Stopped()
-
-
-def task_constants(path):
-  """{NAME, CONFIG_MODULE: their string values} of a trainer's task.py, read without importing it."""
-  try:
-    tree = ast.parse(open(path, encoding="utf-8").read(), path)
-  except (OSError, SyntaxError, UnicodeDecodeError):
-    return {}
-  return {node.targets[0].id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-          and isinstance(node.targets[0], ast.Name) and node.targets[0].id in ("NAME", "CONFIG_MODULE")
-          and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
-
-
-def trainers(dest):
-  """{package: its task's constants} of the trainers in dest (folders whose task.py sets both)."""
-  found = {}
-  for name in sorted(os.listdir(dest)):
-    constants = task_constants(os.path.join(dest, name, "task.py"))
-    if len(constants) == 2:
-      found[name] = constants
-  return found
 
 
 def renamer(source, task_name, config_stem, new, modules):
@@ -121,14 +104,14 @@ def renamer(source, task_name, config_stem, new, modules):
 
 
 def check(name, source, dest):
-  """The trainer's constants and pyproject.toml's packages, or Refused naming what is wrong."""
+  """The source's Trainer and pyproject.toml's packages, or Refused naming what is wrong."""
   if not NAME.fullmatch(name) or keyword.iskeyword(name):
     raise Refused(f"{name!r} is not a package name: lower-case letters, digits and _, starting with a "
                   "letter (e.g. buildings)")
   pyproject = os.path.join(dest, "pyproject.toml")
   if not os.path.isfile(pyproject):
     raise Refused(f"--dest={dest} is not a repository of trainers (no pyproject.toml in it)")
-  found = trainers(dest)
+  found = {trainer.package: trainer for trainer in find_trainers(dest)}
   if source not in found:
     raise Refused(f"--from={source}: not a trainer of {dest} (its trainers: {', '.join(found) or 'none'})")
   for path in targets(name, dest):
@@ -157,11 +140,11 @@ def targets(name, dest):
 
 def new_trainer(name, source, dest):
   """Writes the trainer `name`, a copy of `source`, into the repository `dest`; returns what it wrote."""
-  constants, pyproject_text, packages = check(name, source, dest)
-  config_stem = constants["CONFIG_MODULE"].rpartition(".")[2]
+  trainer, pyproject_text, packages = check(name, source, dest)
+  config_stem = trainer.config_module.rpartition(".")[2]
   source_dir = os.path.join(dest, source)
   modules = sorted(file[:-3] for file in os.listdir(source_dir) if file.endswith(".py"))
-  rename = renamer(source, constants["NAME"], config_stem, name, modules)
+  rename = renamer(source, trainer.name, config_stem, name, modules)
   package_dir, config_file, test_file = targets(name, dest)
   listed = json.loads(packages.group(1))
   made = []

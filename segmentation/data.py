@@ -22,7 +22,7 @@ from absl import logging
 import tensorflow as tf
 
 from common.contract import bounds
-from common.contract import config as config_lib
+from common.contract import checks
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import class_labels
@@ -51,15 +51,15 @@ VOC_CLASS_NAMES_FILE = "class_names.txt"
 # data.augment.scale_range's bound: at 4 an image has 16 times its pixels to resize before the crop.
 MAX_SCALE = 4.0
 AUGMENT_CHECKS = {
-    "data.augment.scale_range": config_lib.Check(
-        lambda v: (isinstance(v, (tuple, list)) and len(v) == 2 and all(config_lib.POSITIVE.ok(x) for x in v)
+    "data.augment.scale_range": checks.Check(
+        lambda v: (isinstance(v, (tuple, list)) and len(v) == 2 and all(checks.POSITIVE.ok(x) for x in v)
                    and v[0] <= v[1] <= MAX_SCALE), f"(low, high) with 0 < low <= high <= {MAX_SCALE:g}"),
-    "data.augment.crop_padding": config_lib.NON_NEGATIVE_INT,
-    "data.augment.flip": config_lib.BOOL,
-    "data.augment.brightness": config_lib.FRACTION,
-    "data.augment.contrast": config_lib.FRACTION,
-    "data.augment.saturation": config_lib.FRACTION,
-    "data.augment.hue": config_lib.number(0, 0.5),  # half the colour wheel either way reaches every hue
+    "data.augment.crop_padding": checks.NON_NEGATIVE_INT,
+    "data.augment.flip": checks.BOOL,
+    "data.augment.brightness": checks.FRACTION,
+    "data.augment.contrast": checks.FRACTION,
+    "data.augment.saturation": checks.FRACTION,
+    "data.augment.hue": checks.number(0, 0.5),  # half the colour wheel either way reaches every hue
 }
 # bounds.check's: the data section's counts and sizes (data.augment.crop_padding: below data.patch_size).
 BOUNDS = {
@@ -117,12 +117,12 @@ def read_settings(data_cfg, for_training=True):
   for_training=False (an evaluation, predict): the keys of the training files may be empty.
   """
   values = {field.name: data_cfg[field.name] for field in dataclasses.fields(DataSettings)}
-  config_lib.check_values({"data": values}, {
-      "data.normalization": config_lib.one_of(*normalization.SCHEMES),
-      "data.skip_bad_files": config_lib.BOOL,
-      "data.class_names": config_lib.sequence_of(config_lib.STRING,
-                                                 "a sequence of strings (() = the source's names)"),
-      "data.npy_pixel_max": config_lib.POSITIVE,
+  checks.check_values({"data": values}, {
+      "data.normalization": checks.one_of(*normalization.SCHEMES),
+      "data.skip_bad_files": checks.BOOL,
+      "data.class_names": checks.sequence_of(checks.STRING,
+                                             "a sequence of strings (() = the source's names)"),
+      "data.npy_pixel_max": checks.POSITIVE,
   } | AUGMENT_CHECKS)
   bounds.check({"data": values}, BOUNDS)
   settings = DataSettings(**dict(values, class_names=tuple(values["class_names"]),

@@ -17,17 +17,17 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from common.contract import config as config_lib
+from common.contract import checks
 from common.contract.errors import ConfigError
 
 WINDOW_KEY = "eval.window"  # named where an image over data.eval_max_pixels is refused: it tiles it
 MAX_SCALE = 4.0  # eval.scales' bound: at 4 an image has 16 times its pixels
 CHECKS = {
-    "eval.window": config_lib.NON_NEGATIVE_INT,  # 0 = whole images
-    "eval.stride": config_lib.NON_NEGATIVE_INT,
-    "eval.flip": config_lib.BOOL,
-    "eval.scales": config_lib.sequence_of(
-        config_lib.number(0, MAX_SCALE, low_open=True),
+    "eval.window": checks.NON_NEGATIVE_INT,  # 0 = whole images
+    "eval.stride": checks.NON_NEGATIVE_INT,
+    "eval.flip": checks.BOOL,
+    "eval.scales": checks.sequence_of(
+        checks.number(0, MAX_SCALE, low_open=True),
         f"a non-empty sequence of scales in (0, {MAX_SCALE:g}], e.g. (0.75, 1.0, 1.25)", non_empty=True),
 }
 
@@ -56,7 +56,7 @@ class Inference:
 
 def read_inference(config):
   """Inference of config.eval, every value checked: a ConfigError naming the key."""
-  config_lib.check_values(config, CHECKS)
+  checks.check_values(config, CHECKS)
   section, max_pixels = config.eval, config.data.eval_max_pixels
   if section.stride and not section.window:
     raise ConfigError(f"eval.stride={section.stride} is the step between windows, and eval.window=0 evaluates "

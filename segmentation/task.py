@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from common.app import export as export_lib
 from common.contract import bounds
-from common.contract import config as config_lib
+from common.contract import checks
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
 from common.data import listing
@@ -25,6 +25,7 @@ from segmentation import inference as inference_lib
 from segmentation import losses
 from segmentation import metrics
 from segmentation import model as model_lib
+from segmentation import overlays
 from segmentation import visualize
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
@@ -42,21 +43,22 @@ def validate_config(config, for_training=True):
   training files' keys)."""
   settings = data_lib.read_settings(config.data, for_training)
   inference = inference_lib.read_inference(config)
-  config_lib.check_values(config, {
-      "model.widths": config_lib.POSITIVE_INTS,
-      "model.weight_decay": config_lib.NON_NEGATIVE,
-      "model.sync_batch_norm": config_lib.BOOL,
-      "model.output_stride": config_lib.POSITIVE_INT,
-      "loss.class_weights": config_lib.sequence_of(config_lib.NON_NEGATIVE,
-                                                   "a sequence of numbers >= 0 (() = all 1)"),
-      "loss.cross_entropy_weight": config_lib.NON_NEGATIVE,
-      "loss.ohem": config_lib.BOOL,
-      "loss.ohem_threshold": config_lib.number(0, 1),
-      "loss.ohem_min_kept": config_lib.NON_NEGATIVE_INT,
-      "loss.dice_weight": config_lib.NON_NEGATIVE,
-      "loss.lovasz_weight": config_lib.NON_NEGATIVE,
+  checks.check_values(config, {
+      "model.widths": checks.POSITIVE_INTS,
+      "model.weight_decay": checks.NON_NEGATIVE,
+      "model.sync_batch_norm": checks.BOOL,
+      "model.output_stride": checks.POSITIVE_INT,
+      "loss.class_weights": checks.sequence_of(checks.NON_NEGATIVE,
+                                               "a sequence of numbers >= 0 (() = all 1)"),
+      "loss.cross_entropy_weight": checks.NON_NEGATIVE,
+      "loss.ohem": checks.BOOL,
+      "loss.ohem_threshold": checks.number(0, 1),
+      "loss.ohem_min_kept": checks.NON_NEGATIVE_INT,
+      "loss.dice_weight": checks.NON_NEGATIVE,
+      "loss.lovasz_weight": checks.NON_NEGATIVE,
+      "eval.overlays_every": checks.NON_NEGATIVE_INT,  # 0 = off
   })
-  bounds.check(config, {"model.widths": bounds.CHANNELS, "loss.ohem_min_kept": (
+  bounds.check(config, {"model.widths": bounds.CHANNELS, "eval.overlays_every": bounds.STEPS, "loss.ohem_min_kept": (
       settings.patch_size ** 2, "the pixels of a patch (data.patch_size squared), of which it keeps the hardest")})
   stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
   if settings.patch_size % stride:
@@ -227,4 +229,8 @@ def make_task(config, workdir, for_training=True):
       train_files=data.train_files,
       input_fingerprint=input_fingerprint(settings, config.train.batch_size, data) if for_training else {},
       data_report=data.data_report,
-      headline_metrics=("miou", "pixel_accuracy"))
+      headline_metrics=("miou", "pixel_accuracy"),
+      make_actions=lambda model, summaries: overlays.make_overlay_actions(
+          config.eval.overlays_every, data.eval, config.summaries.max_outputs,
+          make_predict_fn(model_forward(model, multiple), inference), class_names, settings.ignore_label,
+          summaries.train))

@@ -796,7 +796,7 @@ ROWS = [
      HOSTILE + "test_export_refuses_a_saved_model_of_other_outputs_and_files_it_did_not_make"),
     # Issue 50, anyfolder: where the user stands (cli.own_config, scripts/repository_root.py, deploy/Dockerfile).
     (EVALUATE + (EXPORT,), WHERE, ANOTHER_FOLDER, ("os.path.relpath(triplet_smoke_run.workdir)",
-                                                    "export_script.trainer_of(workdir)"), 0,
+                                                    "run_export.trainer_of(workdir)"), 0,
      "tests/test_cli_paths.py::test_commands_that_read_a_run_work_from_another_folder"),
     (PREDICT, WHERE, ANOTHER_FOLDER, ("--workdir={os.path.relpath(run, elsewhere)}", "cwd=elsewhere"), 0,
      "tests/test_cli_paths.py::test_predict_runs_from_another_folder_with_relative_and_absolute_paths"),
@@ -811,7 +811,7 @@ ROWS = [
                                                                     "image_files(str(root))"), 0,
      "tests/test_deploy.py::test_the_image_files_install_every_trainer_one_added_by_new_trainer_included"),
     (TRAINER_COMMANDS, "config values", "over its upper bound", ("must be below data.patch_size", "is over its bound"),
-     2, "tests/test_config.py::test_every_count_and_size_has_an_upper_bound_checked_before_any_work"),
+     2, "tests/test_config.py::test_an_unbounded_value_says_its_bound_and_why"),
     ((f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"), "eval.window, eval.stride, eval.scales",
      "stride without a window", "is the step between windows, and eval.window=0", 2,
      "tests/test_config.py::test_eval_stride_without_eval_window_is_one_line"),

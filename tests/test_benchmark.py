@@ -232,7 +232,7 @@ def test_config_overrides_and_triplet_batch():
 
 
 def test_exports_without_the_extra_are_one_skipped_line(monkeypatch):
-  monkeypatch.setitem(benchmark_exports.export_lib.EXTRA, "onnx", ("a_runtime_not_installed",))
+  monkeypatch.setitem(benchmark_exports.conversion.EXTRA, "onnx", ("a_runtime_not_installed",))
   exports = benchmark_exports.benchmark_exports(task=None, settings=None, workdir=None)
   line = benchmark_exports.format_exports(exports)
   assert line.startswith("exports: skipped (--format=onnx needs a_runtime_not_installed"), line

@@ -15,10 +15,11 @@ import tensorflow as tf
 
 from common.app import cli
 from common.app import commands
+from common.app import run_export
+from common.app.trainers import find_trainers
 from helpers import make_config
 from helpers import REPO_ROOT
 from helpers import run_python
-from scripts import export as export_script
 from segmentation import predict
 import test_predict
 from triplet import task as triplet_task
@@ -151,7 +152,6 @@ def test_the_command_lines_say_it_in_one_line(paths):
 def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_refused(tmp_path, capsys):
   """scripts/export.py's --output, checked before anything is read: never an existing folder (above
   all the run's own), nothing inside a folder of the run, no existing file but an earlier export."""
-  from scripts import export  # pylint: disable=g-import-not-at-top
   run = tmp_path / "run"
   for folder in ("checkpoints", "saved_model", "eval"):
     (run / folder).mkdir(parents=True)
@@ -178,31 +178,30 @@ def test_an_export_output_that_would_replace_what_the_export_did_not_make_is_ref
     output = str(tmp_path / output) + ("/" if output.endswith("/") else "")
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-      cli.run_guarded(export.check_output, output, fmt, str(run))
+      cli.run_guarded(run_export.check_output, output, fmt, str(run))
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(lines) == 1, (fmt, output, lines)
     assert lines[0].startswith("error: " + said.format(output)), (fmt, output, lines)
   # An earlier export of the format is replaced; a new name beside the run's files is taken as is.
   for fmt, output in (("onnx", "run/model.onnx"), ("litert", "run/model.tflite"), ("onnx", "run/new.onnx"),
                       ("saved_model", "run/exported"), ("litert", "elsewhere/m.tflite")):
-    assert export.check_output(str(tmp_path / output), fmt, str(run)) == str(tmp_path / output)
+    assert run_export.check_output(str(tmp_path / output), fmt, str(run)) == str(tmp_path / output)
   assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "eval", "model.onnx", "model.onnx.json",
                                      "model.tflite", "model.tflite.json", "saved_model", "taken.tflite.json"]
 
 
 def test_an_export_image_size_out_of_range_is_one_line(capsys):
   """--image_size=-1 was a TensorFlow traceback, 0 silently the default, 100000 out of memory."""
-  from scripts import export  # pylint: disable=g-import-not-at-top
-  for side in (-1, 0, export.MAX_IMAGE_SIDE + 1, 100000):
+  for side in (-1, 0, run_export.MAX_IMAGE_SIDE + 1, 100000):
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-      cli.run_guarded(export.check_image_size, (side, side))
+      cli.run_guarded(run_export.check_image_size, (side, side))
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and lines == [
-        f"error: --image_size={side} is not a side of 1 to {export.MAX_IMAGE_SIDE} pixels; leave it out "
+        f"error: --image_size={side} is not a side of 1 to {run_export.MAX_IMAGE_SIDE} pixels; leave it out "
         "for any size"], (side, lines)
-  for good in (None, (1, 1), (export.MAX_IMAGE_SIDE,) * 2):
-    export.check_image_size(good)
+  for good in (None, (1, 1), (run_export.MAX_IMAGE_SIDE,) * 2):
+    run_export.check_image_size(good)
 
 
 # Each trainer's own config file, relative to the repository root (its commands' default --config).
@@ -236,7 +235,7 @@ def test_commands_that_read_a_run_work_from_another_folder(tmp_path, monkeypatch
   evaluation, _, report_dir = commands.evaluate_run(flag, workdir, triplet_task.make_task, report_dir="report")
   assert evaluation.metrics["recall_at_1"] == pytest.approx(triplet_smoke_run.results["eval"]["recall_at_1"])
   assert report_dir == "report" and os.listdir(elsewhere / "report")
-  module, config = export_script.trainer_of(workdir)
+  module, config = run_export.trainer_of(workdir)
   assert module is triplet_task and config.trainer == "triplet"
 
 
@@ -258,7 +257,7 @@ def test_every_script_run_as_a_file_imports_this_repositorys_packages_first():
   """`python scripts/x.py` puts scripts/ on sys.path, not the root (was: a trainer added in a copy was
   not importable from the copy's root, or another installed repository's ran): every script that
   runs as a file and imports the repository's packages imports scripts/repository_root.py first."""
-  project = ("common", "configs", "scripts", "segmentation", "triplet", "inception_finetune")
+  project = ("common", "configs", "scripts", *(trainer.package for trainer in find_trainers(REPO_ROOT)))
   checked = []
   for path in sorted(glob.glob(os.path.join(REPO_ROOT, "scripts", "*.py"))):
     body = ast.parse(open(path).read()).body

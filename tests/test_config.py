@@ -6,17 +6,18 @@ import re
 
 import pytest
 
+from common.app.trainers import find_trainers
+from common.contract import checks
 from common.contract import config as config_lib
 from common.contract.errors import ConfigError
+from helpers import REPO_ROOT
 from helpers import make_config
 from helpers import run_python
 
-# trainer -> (configs/<name>.py, the task module whose validate_config checks its own sections).
-TRAINERS = {
-    "segmentation": ("segmentation", "segmentation.task"),
-    "triplet": ("triplet", "triplet.task"),
-    "inception": ("inception_v4", "inception_finetune.task"),
-}
+# trainer -> (configs/<name>.py, the task module whose validate_config checks its own sections), of
+# every trainer of the repository: a new one is tried on SHARED, and its keys asked for below.
+TRAINERS = {trainer.package: (trainer.config_module.rpartition(".")[2], f"{trainer.package}.task")
+            for trainer in find_trainers(REPO_ROOT)}
 
 # (key, bad value) for base_config()'s keys, tried on every trainer. None and True get past
 # ml_collections' type check when set in Python, and presets set values without it.
@@ -81,7 +82,7 @@ OWN = {
         # segmentation/inference.read_inference (stride against the window: test_segmentation_inference.py).
         ("eval.window", -1), ("eval.stride", -1), ("eval.stride", None),
         ("eval.flip", None), ("eval.scales", ()), ("eval.scales", (0.0, 1.0)), ("eval.scales", (1.0, 5.0)),
-        ("eval.scales", ("1",)),
+        ("eval.scales", ("1",)), ("eval.overlays_every", -1),
     ],
     "triplet": [
         ("loss.name", "triplet"), ("loss.margin", -0.1), ("loss.squared", None),
@@ -100,7 +101,7 @@ OWN = {
         ("train.batch_size", 9),  # not identities_per_batch x images_per_identity
         ("summaries.max_projector_points", -1),
     ],
-    "inception": [
+    "inception_finetune": [
         ("checkpoint_exclude_scopes", "InceptionV4/Logts"), ("trainable_scopes", "Inceptionv4/Logits"),
         ("ignore_missing_vars", None), ("label_smoothing", 1.0), ("label_smoothing", -0.1),
         ("finetune.head_steps", -1), ("finetune.head_steps", 61),  # the smoke preset trains 60 steps
@@ -136,19 +137,19 @@ CHECKED_ELSEWHERE = {
     "triplet": {
         "trainer", "data.train_dir", "data.eval_dir", "data.pairs_file", "data.pairs_dir", "data.cache_dir",
     },
-    "inception": {
+    "inception_finetune": {
         "trainer", "checkpoint_path", "data.train_dir", "data.eval_dir", "data.csv_path", "data.images_dir",
         "data.image_extension", "data.train_pattern", "data.eval_pattern", "data.labels_file",
         "data.cache_dir",
     },
 }
 
-BAD_VALUES = [(trainer, key, value) for trainer in TRAINERS for key, value in SHARED + OWN[trainer]]
+BAD_VALUES = [(trainer, key, value) for trainer in TRAINERS for key, value in SHARED + OWN.get(trainer, [])]
 
 
 def validate(trainer, config):
   """Both checks, in the order a run makes them (prepare_run, then make_task)."""
-  config_lib.validate_config(config)
+  checks.validate_config(config)
   importlib.import_module(TRAINERS[trainer][1]).validate_config(config)
 
 
@@ -184,18 +185,19 @@ def test_bad_value_is_one_line_naming_the_key(trainer, key, value):
 @pytest.mark.parametrize("trainer", TRAINERS)
 def test_every_key_has_a_bad_value_or_is_checked_elsewhere(trainer):
   keys = set(config_lib.flatten_keys(make_config(TRAINERS[trainer][0], "smoke")))
-  tried = {key for key, _ in SHARED + OWN[trainer]}
-  assert CHECKED_ELSEWHERE[trainer] <= keys
-  assert sorted(keys - tried - CHECKED_ELSEWHERE[trainer]) == []
+  tried = {key for key, _ in SHARED + OWN.get(trainer, [])}
+  elsewhere = CHECKED_ELSEWHERE.get(trainer, set())
+  assert elsewhere <= keys
+  assert sorted(keys - tried - elsewhere) == [], f"keys of {trainer} without a bad value in OWN or CHECKED_ELSEWHERE"
 
 
 def test_allow_extreme_learning_rate_widens_the_range_but_not_below_zero():
   overrides = {"optimizer.allow_extreme_learning_rate": True}
-  validate("inception", make_config("inception_v4", "smoke", **overrides, **{
+  validate("inception_finetune", make_config("inception_v4", "smoke", **overrides, **{
       "optimizer.learning_rate": 1e-50, "finetune.learning_rate": 2.0}))
   for key in ("optimizer.learning_rate", "finetune.learning_rate"):
     with pytest.raises(ConfigError, match=key):
-      validate("inception", make_config("inception_v4", "smoke", **overrides, **{key: -1e-3}))
+      validate("inception_finetune", make_config("inception_v4", "smoke", **overrides, **{key: -1e-3}))
 
 
 @pytest.mark.parametrize("module,config_file,override,key", [
@@ -226,23 +228,26 @@ def test_every_count_and_size_has_an_upper_bound_checked_before_any_work(trainer
   key: was a run on padding only (loss 0.0000, exit 0) or out of memory."""
   config = make_config(TRAINERS[trainer][0], "smoke")
   values = {key: config_lib.get_value(config, key) for key in config_lib.flatten_keys(config)}
-  cases = [(key, 2**40) for key, value in values.items() if config_lib._is_int(value)]
+  cases = [(key, 2**40) for key, value in values.items() if checks._is_int(value)]
   cases += [(key, (2**40,) * len(value)) for key, value in values.items() if isinstance(value, tuple) and value
-            and all(config_lib._is_int(v) for v in value)]
+            and all(checks._is_int(v) for v in value)]
   cases += [(key, value) for key, value in FLOAT_BOUNDED.items() if key in values]
   cases += {"segmentation": [("data.augment.crop_padding", 28), ("data.augment.crop_padding", 100000),
                              ("loss.ohem_min_kept", 28 * 28 + 1)],
-            "inception": [("data.randaugment_ops", 100)]}.get(trainer, [])
+            "inception_finetune": [("data.randaugment_ops", 100)]}.get(trainer, [])
   assert len(cases) > 30
   for key, value in cases:
     with pytest.raises(ConfigError) as error:
       validate(trainer, make_config(TRAINERS[trainer][0], "smoke", **{key: value}))
     assert NAMED_AS.get(key, key) in str(error.value) and "\n" not in str(error.value), (key, value, str(error.value))
-  key, value, said = {  # the issue's cases, the line's words
-      "segmentation": ("data.augment.crop_padding", 100000, "=100000 must be below data.patch_size=28: a patch"),
-      "triplet": ("model.embedding_size", 5000, "=5000 is over its bound 4,096: more channels"),
-      "inception": ("data.randaugment_ops", 100, "=100 is over its bound 14: RandAugment's layers"),
-  }[trainer]
+
+
+@pytest.mark.parametrize("trainer, key, value, said", [  # the issue's cases, the line's words
+    ("segmentation", "data.augment.crop_padding", 100000, "=100000 must be below data.patch_size=28: a patch"),
+    ("triplet", "model.embedding_size", 5000, "=5000 is over its bound 4,096: more channels"),
+    ("inception_finetune", "data.randaugment_ops", 100, "=100 is over its bound 14: RandAugment's layers"),
+])
+def test_an_unbounded_value_says_its_bound_and_why(trainer, key, value, said):
   with pytest.raises(ConfigError, match=re.escape(key + said)):
     validate(trainer, make_config(TRAINERS[trainer][0], "smoke", **{key: value}))
 

@@ -25,7 +25,9 @@ from common.training import evaluation  # pylint: disable=g-import-not-at-top
 import helpers  # pylint: disable=g-import-not-at-top
 from inception_finetune import predict as inception_predict  # pylint: disable=g-import-not-at-top
 from inception_finetune import task as inception_task  # pylint: disable=g-import-not-at-top
-from scripts import export  # pylint: disable=g-import-not-at-top
+from common.app import conversion  # pylint: disable=g-import-not-at-top
+from common.app import export_check  # pylint: disable=g-import-not-at-top
+from common.app import run_export  # pylint: disable=g-import-not-at-top
 from segmentation import data as segmentation_data  # pylint: disable=g-import-not-at-top
 from segmentation import task as segmentation_task  # pylint: disable=g-import-not-at-top
 from triplet import data as triplet_data  # pylint: disable=g-import-not-at-top
@@ -75,14 +77,14 @@ def runs(module_tmp, inception_random_run):
 
 @pytest.fixture(scope="module")
 def exports(runs, module_tmp):
-  """exports(trainer, fmt) -> (its output path, export.export's result): each export of a run made
+  """exports(trainer, fmt) -> (its output path, run_export.export's result): each export of a run made
   once, when a test first asks for it, into a folder of its own."""
   made = {}
 
   def export_of(trainer, fmt):
     if (trainer, fmt) not in made:
-      output = str(module_tmp(f"{trainer}_{fmt}") / (f"model{export.SUFFIX[fmt]}" if fmt in export.SUFFIX else "saved_model"))
-      made[trainer, fmt] = output, export.export(runs[trainer], fmt, output)
+      output = str(module_tmp(f"{trainer}_{fmt}") / (f"model{run_export.SUFFIX[fmt]}" if fmt in run_export.SUFFIX else "saved_model"))
+      made[trainer, fmt] = output, run_export.export(runs[trainer], fmt, output)
     return made[trainer, fmt]
 
   return export_of
@@ -100,14 +102,14 @@ def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, exports,
   assert sorted(os.listdir(os.path.dirname(output))) == [os.path.basename(output), os.path.basename(output) + ".json"]
   # Inception V4's run has recalibrated BatchNorm statistics and near one-hot probabilities: its float32
   # differences reach 5.7e-05 (the export's own TOLERANCE); the smoke networks stay within 1e-5.
-  bound = export.TOLERANCE if trainer == "inception_v4" else 1e-5
+  bound = export_check.TOLERANCE if trainer == "inception_v4" else 1e-5
   assert result["max_difference"] and max(result["max_difference"].values()) < bound, result
   assert result["after"] == pytest.approx(result["before"], abs=1e-6), result
   if trainer != "triplet":
     assert result["same_class_ids"] == 1.0
     assert result["metric"] == {"segmentation": "miou", "inception_v4": "top1"}[trainer]
   assert result["image_size"] is None  # any size, in both formats
-  text = export.describe(result, fmt, output, None)
+  text = run_export.describe(result, fmt, output, None)
   assert text.splitlines()[-1] == (f"  wrote {output} ({os.path.getsize(output) / 2**20:.3g} MB), {output}.json "
                                    f"({os.path.getsize(output + '.json')} bytes) in {result['seconds']:.1f} s")
   # Held to the run's own answers where it has a saved_model/ (the trained Inception run).
@@ -118,20 +120,20 @@ def test_the_export_gives_the_saved_models_outputs_in_its_runtime(runs, exports,
 
 def test_onnx_without_tf2onnxs_copies_is_the_same_model_and_a_failing_pass_converts_again(exports, monkeypatch,
                                                                                           tmp_path):
-  """export._onnx_model turns off tf2onnx's deep copy of the graph before each optimizer pass (a third
+  """conversion._onnx_model turns off tf2onnx's deep copy of the graph before each optimizer pass (a third
   of Inception V4's conversion): the same operations and outputs (tf2onnx numbers its node names on
   and orders equal nodes as it meets them, so no two conversions have the same bytes); a pass that
   raises makes it convert again with the copies."""
   import tf2onnx  # pylint: disable=g-import-not-at-top
   saved_model, _ = exports("segmentation", "saved_model")
-  graph = export.onnx_graph(export.load("saved_model", saved_model))
+  graph = conversion.onnx_graph(conversion.load("saved_model", saved_model))
   images = tf.cast(tf.random.stateless_uniform([2, 40, 52, 3], [1, 2], maxval=256, dtype=tf.int32), tf.uint8)
 
   def operations_and_outputs(model, name):
     path = str(tmp_path / f"{name}.onnx")
     with open(path, "wb") as f:
       f.write(model.SerializeToString())
-    outputs = export.load("onnx", path)(images)
+    outputs = conversion.load("onnx", path)(images)
     return sorted(node.op_type for node in model.graph.node), {k: v.numpy() for k, v in outputs.items()}
 
   def assert_same(found, expected):
@@ -140,19 +142,19 @@ def test_onnx_without_tf2onnxs_copies_is_the_same_model_and_a_failing_pass_conve
     for name, value in expected[1].items():
       np.testing.assert_array_equal(found[1][name], value, err_msg=name)
 
-  fast = operations_and_outputs(export._onnx_model(tf2onnx, graph), "fast")
-  assert export.CATCH_ERRORS not in os.environ
-  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, graph, copies=True), "copies"), fast)
+  fast = operations_and_outputs(conversion._onnx_model(tf2onnx, graph), "fast")
+  assert conversion.CATCH_ERRORS not in os.environ
+  assert_same(operations_and_outputs(conversion._onnx_model(tf2onnx, graph, copies=True), "copies"), fast)
 
   class Failing(tf2onnx.optimizer.optimizer_base.GraphOptimizerBase):
     runs = []
 
     def _optimize(self, graph):
-      self.runs.append(os.environ.get(export.CATCH_ERRORS))
+      self.runs.append(os.environ.get(conversion.CATCH_ERRORS))
       raise ValueError("a failing pass")
 
   monkeypatch.setitem(tf2onnx.optimizer._optimizers, "failing", Failing)
-  assert_same(operations_and_outputs(export._onnx_model(tf2onnx, graph), "again"), fast)
+  assert_same(operations_and_outputs(conversion._onnx_model(tf2onnx, graph), "again"), fast)
   assert Failing.runs[:2] == ["FALSE", None]  # raised without the copies, skipped with them
 
 
@@ -163,8 +165,8 @@ def test_another_image_size_and_a_batch_of_three_give_predicts_outputs(exports, 
   saved_model, _ = exports(trainer, "saved_model")
   output, _ = exports(trainer, fmt)
   images = tf.cast(tf.random.stateless_uniform([3, 45, 71, 3], [4, 2], maxval=256, dtype=tf.int32), tf.uint8)
-  expected = export.load("saved_model", saved_model)(images)
-  outputs = export.load(fmt, output)(images)
+  expected = conversion.load("saved_model", saved_model)(images)
+  outputs = conversion.load(fmt, output)(images)
   assert set(outputs) == {name for name, value in expected.items() if value.dtype != tf.string}
   for name, value in outputs.items():
     want = expected[name].numpy()
@@ -179,7 +181,7 @@ def test_the_triplet_threshold_is_in_every_export_and_predict_takes_it_from_the_
                                                                                    capsys):
   """The verification threshold and its step: the SavedModel's signature `constants`, the JSON beside
   the ONNX and LiteRT models, their own metadata; triplet.predict --threshold_from prints it."""
-  carried = export.load("saved_model", exports("triplet", "saved_model")[0]).constants
+  carried = conversion.load("saved_model", exports("triplet", "saved_model")[0]).constants
   assert sorted(carried) == ["step", "threshold"] and 0 < carried["threshold"] <= 2, carried
   for fmt in ("onnx", "litert"):
     output, _ = exports("triplet", fmt)
@@ -221,7 +223,7 @@ def test_every_reader_of_an_inception_run_from_random_weights_gives_its_saved_mo
   paths = [str(tmp_path / f"{i}.png") for i in range(len(images))]
   for path, image in zip(paths, images.astype(np.uint8)):
     Image.fromarray(image).save(path)  # lossless: the pixels the SavedModel is given below
-  served = export.load("saved_model", own)(images=tf.constant(images, tf.uint8))["probabilities"].numpy()
+  served = conversion.load("saved_model", own)(images=tf.constant(images, tf.uint8))["probabilities"].numpy()
   rows = inception_predict.classify(paths, config, workdir=str(workdir), top_k=config.data.num_classes)
   predicted = np.array([[row[4] for row in sorted((row for row in rows if row[0] == path), key=lambda r: r[2])]
                         for path in paths])
@@ -234,10 +236,10 @@ def test_every_reader_of_an_inception_run_from_random_weights_gives_its_saved_mo
   assert (from_checkpoint["top1"], from_checkpoint["top5"]) == (from_saved_model["top1"], from_saved_model["top5"])
   # The loss from logits, and from the SavedModel's log-probabilities.
   assert from_checkpoint["loss"] == pytest.approx(from_saved_model["loss"], rel=1e-5), (from_checkpoint, from_saved_model)
-  result = export.export(str(workdir), "saved_model", str(tmp_path / "exported"))
+  result = run_export.export(str(workdir), "saved_model", str(tmp_path / "exported"))
   assert result["reference"] == own and result["max_difference"]["probabilities"] < 1e-6, result
   assert result["same_class_ids"] == 1.0 and result["after"] == result["before"], result
-  assert f"compared with {own}" in export.describe(result, "saved_model", "exported", None)
+  assert f"compared with {own}" in run_export.describe(result, "saved_model", "exported", None)
 
 
 def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
@@ -250,13 +252,13 @@ def test_a_zero_embedding_is_zero_in_every_runtime(tmp_path):
   projection.set_weights([0 * weight for weight in projection.get_weights()])
   saved_model = triplet_task.export_model(model, str(tmp_path / "saved_model"),
                                           triplet_data.read_settings(config.data))
-  reference = export.load("saved_model", saved_model)
+  reference = conversion.load("saved_model", saved_model)
   images = tf.random.stateless_uniform([2, 40, 40, 3], [0, 1], maxval=256, dtype=tf.int32)
   images = tf.cast(images, tf.uint8)
   for fmt in ("onnx", "litert"):
     path = str(tmp_path / f"model.{fmt}")
-    export.convert(reference, fmt, path, (40, 40))
-    embeddings = export.load(fmt, path)(images)["embeddings"].numpy()
+    conversion.convert(reference, fmt, path, (40, 40))
+    embeddings = conversion.load(fmt, path)(images)["embeddings"].numpy()
     assert embeddings.shape == (2, config.model.embedding_size) and not embeddings.any(), (fmt, embeddings)
 
 
@@ -265,7 +267,7 @@ def test_saved_model_format_and_a_saved_model_input(runs, exports, tmp_path):
   saved, result = exports("segmentation", "saved_model")
   assert os.listdir(os.path.dirname(saved)) == ["saved_model"]  # no JSON: the SavedModel carries its own
   assert result["max_difference"]["logits"] == 0 and result["before"] == result["after"]
-  converted = export.export(workdir, "onnx", str(tmp_path / "m.onnx"), saved_model=saved)
+  converted = run_export.export(workdir, "onnx", str(tmp_path / "m.onnx"), saved_model=saved)
   assert converted["max_difference"]["logits"] < 1e-5 and converted["after"] == pytest.approx(result["before"])
 
 
@@ -273,26 +275,26 @@ def test_saved_model_format_and_a_saved_model_input(runs, exports, tmp_path):
 @pytest.mark.parametrize("quantize", ["float16", "int8"])
 def test_quantized_litert_reports_the_metric_before_and_after(runs, quantize, tmp_path):
   output = str(tmp_path / f"{quantize}.tflite")
-  result = export.export(runs["segmentation"], "litert", output, quantize=quantize)
+  result = run_export.export(runs["segmentation"], "litert", output, quantize=quantize)
   assert os.path.isfile(output) and 0 <= result["after"] <= 1 and result["metric"] == "miou"
   if quantize == "float16":  # weights rounded to float16, computed in float32
     assert max(result["max_difference"].values()) < 0.05
-  text = export.describe(result, "litert", output, quantize)
+  text = run_export.describe(result, "litert", output, quantize)
   assert f"miou on the evaluation set: SavedModel {result['before']:.4f}, export" in text
 
 
 def test_a_failed_check_or_a_missing_extra_is_one_line_and_leaves_nothing(runs, tmp_path, monkeypatch, capsys):
   output = str(tmp_path / "model.onnx")
-  monkeypatch.setattr(export, "TOLERANCE", 0.0)  # every float difference fails it
-  line = error_line(capsys, export.export, runs["segmentation"], "onnx", output)
+  monkeypatch.setattr(export_check, "TOLERANCE", 0.0)  # every float difference fails it
+  line = error_line(capsys, run_export.export, runs["segmentation"], "onnx", output)
   assert "failed its check (logits differs by" in line and "nothing was written" in line, line
   assert os.listdir(tmp_path) == []
-  monkeypatch.setitem(export.EXTRA, "onnx", ("tf2onnx", "a_runtime_not_installed"))
-  line = error_line(capsys, export.export, runs["segmentation"], "onnx", output)
+  monkeypatch.setitem(conversion.EXTRA, "onnx", ("tf2onnx", "a_runtime_not_installed"))
+  line = error_line(capsys, run_export.export, runs["segmentation"], "onnx", output)
   assert "--format=onnx needs" in line and "pip install -r requirements-export.txt" in line, line
-  line = error_line(capsys, export.export, runs["triplet"], "onnx", output, None, None, "int8")
+  line = error_line(capsys, run_export.export, runs["triplet"], "onnx", output, None, None, "int8")
   assert "--quantize=int8 is for --format=litert" in line, line
-  line = error_line(capsys, export.export, str(tmp_path), "litert", output)
+  line = error_line(capsys, run_export.export, str(tmp_path), "litert", output)
   assert "config.json does not exist" in line, line
   assert os.listdir(tmp_path) == []
 
@@ -317,7 +319,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(runs, tmp_path, capsys):
     pytest.skip("no tmpfs can be mounted here (root can; CI runs as root)")
   try:
     output = str(disk / "model.onnx")
-    line = error_line(capsys, export.export, runs["segmentation"], "onnx", output)
+    line = error_line(capsys, run_export.export, runs["segmentation"], "onnx", output)
     assert line.startswith(f"error: cannot write --output={output} (") and line.endswith(
         "free space or choose another folder; nothing was written"), line
     assert os.listdir(disk) == []
@@ -332,7 +334,7 @@ def test_a_signal_during_the_export_says_nothing_was_written(runs, tmp_path):
   signals._received.append(signal.SIGTERM)  # pylint: disable=protected-access  # as the handler records it
   try:
     with pytest.raises(signals.Interrupted) as interrupted:
-      export.export(runs["segmentation"], "onnx", output)
+      run_export.export(runs["segmentation"], "onnx", output)
   finally:
     signals._received.clear()  # pylint: disable=protected-access
   assert str(interrupted.value) == (f"interrupted by SIGTERM during the export to {output}; nothing was "

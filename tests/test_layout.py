@@ -7,15 +7,13 @@ import shutil
 import pytest
 import tensorflow as tf
 
+from common.app.trainers import find_trainers
 from common.training import FOR_TRAINERS
 from helpers import REPO_ROOT
 from helpers import run_python
 
-TRAINERS = {  # folder: its config file
-    "segmentation": "segmentation.py",
-    "triplet": "triplet.py",
-    "inception_finetune": "inception_v4.py",
-}
+# folder: its config file, of every trainer of the repository (one new_trainer.py made included).
+TRAINERS = {trainer.package: trainer.config_module.rpartition(".")[2] + ".py" for trainer in find_trainers(REPO_ROOT)}
 PACKAGES = ("common", "configs", "scripts") + tuple(TRAINERS)
 # The jobs every trainer folder has under the same names (the model of inception_finetune is
 # inception_v4.py, after the network).
@@ -190,3 +188,29 @@ def test_a_trainer_copied_alone_with_common_runs_its_smoke_preset(trainer, tmp_p
   saved_model = tf.saved_model.load(str(copy / "run" / "saved_model"))
   assert "serving_default" in saved_model.signatures
   assert os.path.isfile(copy / "run" / "metrics.json")
+
+
+MAX_MODULE_LINES = 400  # a module longer than this is split by job (DESIGN: no module over 400 lines)
+
+
+def long_modules(root=REPO_ROOT):
+  """[(path under root, its lines)] of the project's modules (every .py outside tests/) over
+  MAX_MODULE_LINES lines."""
+  found = []
+  for path in sorted(project_modules(root).values()):
+    with open(path, encoding="utf-8") as f:
+      lines = sum(1 for _ in f)
+    if lines > MAX_MODULE_LINES:
+      found.append((os.path.relpath(path, root), lines))
+  return found
+
+
+def test_the_line_check_catches_a_module_of_401_lines(tmp_path):
+  for path, lines in (("common/x/long.py", 401), ("scripts/just.py", 400), ("tests/test_long.py", 900)):
+    os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+    (tmp_path / path).write_text("x = 1\n" * lines)
+  assert long_modules(str(tmp_path)) == [("common/x/long.py", 401)]
+
+
+def test_no_module_is_over_400_lines():
+  assert not long_modules(), f"split by job: {long_modules()}"

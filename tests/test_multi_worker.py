@@ -70,7 +70,7 @@ def check_one_result(output, workdir, figures):
   """The run's figures (a line matching `figures`) and its outputs are printed once, by the chief;
   worker 1 says it is not the chief; every worker logged the same evaluation; no collective ran
   eagerly (TensorFlow warns about each one); no worker logged another's exit as a crash
-  (distributed.leave_together)."""
+  (worker_exits.leave_together)."""
   assert re.findall(rf"^\[worker (\d)\] {figures}", output, re.M) == ["0"], output[-3000:]
   assert re.findall(r"^\[worker (\d)\] outputs in ", output, re.M) == ["0"], output[-3000:]
   assert re.search(rf"^\[worker 1\] worker 1 of 2 is not the chief: the chief prints the run's figures "

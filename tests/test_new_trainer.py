@@ -18,10 +18,11 @@ from PIL import Image
 import pytest
 
 from common.app import cli
+from common.app import run_export
+from common.app import trainers as trainers_lib
 from common.contract import config as config_lib
 import helpers
 from helpers import REPO_ROOT
-from scripts import export as export_script
 from scripts import new_trainer
 from segmentation import data as segmentation_data
 from segmentation import task as segmentation_task
@@ -70,7 +71,7 @@ def test_a_trainer_copied_under_a_new_name_imports_and_names_only_itself(tmp_pat
   shutil.copy(os.path.join(REPO_ROOT, "pyproject.toml"), dest)
   for new, source, config in ((NEW, "segmentation", "segmentation"), (OTHER, "inception_finetune", "inception_v4")):
     assert run(capsys, new, "--from", source, "--dest", str(dest)) == (0, [])
-    assert new_trainer.task_constants(dest / new / "task.py") == {"NAME": new, "CONFIG_MODULE": f"configs.{new}"}
+    assert trainers_lib.task_constants(dest / new / "task.py") == {"NAME": new, "CONFIG_MODULE": f"configs.{new}"}
     assert source not in imported_packages(dest / new) and new in imported_packages(dest / new)
     pairs = [(dest / source / name, dest / new / name) for name in os.listdir(dest / source) if name.endswith(".py")]
     pairs.append((dest / "configs" / f"{config}.py", dest / "configs" / f"{new}.py"))
@@ -98,7 +99,7 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
   whose config looks the same); one it cannot import, or none named, is one line."""
   monkeypatch.setattr(sys, "argv", ["export"])  # run_config reads --config arguments from it
   config_lib.write_config(helpers.make_config("segmentation", "smoke"), str(tmp_path))
-  module, config = export_script.trainer_of(str(tmp_path))
+  module, config = run_export.trainer_of(str(tmp_path))
   assert module is segmentation_task and config.trainer == "segmentation"
   saved = json.load(open(tmp_path / "config.json"))
   for trainer, said in (("gone", "error: {} is a run of the trainer 'gone', whose code is not importable here "
@@ -108,7 +109,7 @@ def test_export_runs_the_code_of_the_trainer_the_run_names(tmp_path, capsys, mon
     (tmp_path / "config.json").write_text(json.dumps({**saved, "trainer": trainer}))
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-      cli.run_guarded(export_script.trainer_of, str(tmp_path))
+      cli.run_guarded(run_export.trainer_of, str(tmp_path))
     assert exit_info.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
         said.format(tmp_path / "config.json")]
 
@@ -287,3 +288,25 @@ def test_the_readme_template_route_in_a_fresh_copy_and_virtual_environment(tmp_p
   for saved_model in ("saved_model", "exported"):
     assert (project / "runs" / NEW / saved_model / "assets" / "trainer.txt").read_text() == f"{NEW}\n"
   assert (project / "runs" / f"{NEW}_masks" / "photo_mask.png").is_file()
+
+
+def test_a_copy_is_layout_checked_hostile_checked_and_benchmarked_by_its_name(tmp_path):
+  """The repository's checks find their trainers (common/app/trainers.py), never a list by hand: in a
+  copy of the repository with NEW added, the tests of the copy, unedited, check NEW's folder and ask
+  the hostile table for NEW's commands (rows it has not got: the check fails naming them), and the
+  benchmark takes NEW by its name."""
+  dest = tmp_path / "repo"
+  copy_of_the_repository(dest)
+  new_trainer.new_trainer(NEW, "segmentation", str(dest))
+  env = {**os.environ, "PYTHONPATH": str(dest)}
+  layout, table = (f"tests/test_layout.py::test_trainer_folders_share_their_file_names[{NEW}]",
+                   "tests/test_hostile.py::test_every_command_of_the_repository_is_in_the_table")
+  result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rA",
+                           layout, table], cwd=dest, env=env, capture_output=True, text=True, timeout=600)
+  assert f"PASSED {layout}" in result.stdout and f"FAILED {table}" in result.stdout, result.stdout[-3000:]
+  assert (f"AssertionError: commands without rows in tests/hostile_table.py: {NEW}.evaluate, {NEW}.predict, "
+          f"{NEW}.train") in result.stdout, result.stdout[-3000:]
+  result = subprocess.run([sys.executable, "scripts/benchmark.py", NEW, "--preset", "smoke", "--estimate_only",
+                           "--cache_dir", str(tmp_path / "cache")], cwd=dest, env=env, capture_output=True,
+                          text=True, timeout=600)
+  assert result.returncode == 0 and f"== {NEW} (preset smoke" in result.stdout, result.stderr[-3000:]

@@ -18,13 +18,13 @@ import tensorflow as tf
 
 from common.app import cli
 from common.app import commands
+from common.app import run_export
 from common.contract import config as config_lib
 from common.data import class_labels
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints
 import helpers
 from inception_finetune import task as inception_task
-from scripts import export as export_script
 from segmentation import data as segmentation_data
 from segmentation import predict as predict_lib
 from segmentation import task as segmentation_task
@@ -345,7 +345,7 @@ def test_a_damaged_or_another_trainers_saved_model_is_one_line(tmp_path, capsys)
     assert line == said, line
     run = tmp_path / f"{trainer}_run"
     config_lib.write_config(helpers.make_config(trainer, "smoke"), str(run))  # read before any weights
-    line = error_line(capsys, export_script.export, str(run), "saved_model", str(tmp_path / "out"), exports[other])
+    line = error_line(capsys, run_export.export, str(run), "saved_model", str(tmp_path / "out"), exports[other])
     assert line == said, line
   assert not (tmp_path / "out").exists()
   # Every predict: another trainer's export says whose it is; one that names no trainer (another

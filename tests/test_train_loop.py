@@ -24,6 +24,7 @@ from common.contract.errors import TrainingDiverged
 from common.contract.errors import ConfigError
 from helpers import loop_task
 from helpers import read_events
+from helpers import read_scalars
 
 
 def build_model(num_classes):
@@ -299,13 +300,50 @@ def test_calls_end_where_the_nearest_action_is_due_and_only_due_actions_run():
   while step < 14:
     step = actions.next_end(schedule, step, 5, 14)
     ends.append(step)
-    actions.run_due(schedule, actions.Call(step, [], (), {}))
+    actions.run_due(schedule, actions.Call(step, [], (), {}), True)
   assert ends == [4, 6, 8, 9, 12, 14]
   assert [name for name, at in ran if name != "each"] == ["4|6", "4|6", "4|6", "at 9", "4|6"]
   assert [at for name, at in ran if name == "4|6"] == [4, 6, 8, 12]
   assert [at for name, at in ran if name == "each"] == ends
   assert actions.next_end(schedule, 14, 5, 100) == 16  # the cadence 4 first; 9 is behind
   assert actions.next_end(schedule, 0, 2, 100) == 2  # the call length first
+
+
+def test_a_chief_only_action_ends_every_workers_calls_and_runs_on_the_chief_alone():
+  """Its cadence is in every worker's list (so that their calls, and collectives, line up); only the
+  chief runs it, the others run the rest."""
+  for chief in (True, False):
+    ran = []
+    schedule = [actions.Action(lambda call: ran.append(("chief", call.step)), every=(3,), chief_only=True),
+                actions.Action(lambda call: ran.append(("all", call.step)), every=(2,))]
+    step = 0
+    while step < 7:
+      step = actions.next_end(schedule, step, 100, 7)
+      actions.run_due(schedule, actions.Call(step, [], (), {}), chief)
+    assert [at for name, at in ran if name == "all"] == [2, 4, 6]
+    assert [at for name, at in ran if name == "chief"] == ([3, 6] if chief else [])
+
+
+def test_a_trainers_own_actions_run_at_their_steps_and_change_no_weight(tmp_path):
+  """Task.make_actions: a trainer's action every 3 steps and at step 8 runs there, made at the phase's
+  start with the model and the run's summaries (into whose train/ writer it writes), and calls of 1
+  step or of up to 100 train the same weights with it."""
+  fired = {}
+
+  def make_actions(model, summaries):
+    def write(call):
+      fired.setdefault(workdir, []).append(call.step)
+      summaries.train.write_scalars(call.step, {"own/kernel_sum": float(tf.reduce_sum(model.weights[0]))})
+    return [actions.Action(write, every=(3,), at=(8,))]
+
+  trained = {}
+  for steps_per_loop in (1, 100):
+    workdir = tmp_path / str(steps_per_loop)
+    run_regression(workdir, 10, poisoned_loss(), steps_per_loop=steps_per_loop, make_actions=make_actions)
+    trained[steps_per_loop] = model_values(workdir)
+    assert fired[workdir] == [3, 6, 8, 9]
+    assert sorted(read_scalars(os.path.join(workdir, "train"), "own/kernel_sum")) == [3, 6, 8, 9]
+  assert_same_values(trained[1], trained[100])
 
 
 # Several steps in one compiled call (train.steps_per_loop): nothing the loop promises changes.
@@ -331,7 +369,7 @@ def poisoned_loss(poisoned=(), on_batch=None):
 
 
 def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=1000, dataset=None,
-                   seconds_per_loop=0.0, ema_decay=0.0):
+                   seconds_per_loop=0.0, ema_decay=0.0, make_actions=None):
   config = config_lib.base_config()
   config.train.ema_decay = ema_decay
   config.train.num_steps = steps
@@ -348,6 +386,7 @@ def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=
     model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
     optimizer = optimizers.make_optimizer(config.optimizer, False, config.train.num_steps)
   task = loop_task(dataset or indexed_dataset(), loss_fn)
+  task.make_actions = make_actions
   results = train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
                              phases=[task_lib.Phase("train", steps, optimizer)])
   return results, model

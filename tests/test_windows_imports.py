@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from common.app.trainers import find_trainers
 from scripts import launch_workers
 
 from tests.helpers import REPO_ROOT
@@ -18,10 +19,10 @@ from tests.helpers import run_python
 
 # Imports every module of the packages with fcntl hidden, as on Windows, then runs
 # segmentation.train as `python -m` would with the arguments given.
-RUNNER = """
+RUNNER = f"""
 import pkgutil, runpy, sys
 sys.modules["fcntl"] = None
-for package in ("common", "configs", "inception_finetune", "segmentation", "triplet"):
+for package in {("common", "configs", *(trainer.package for trainer in find_trainers(REPO_ROOT)))!r}:
   for module in pkgutil.walk_packages([package], package + "."):
     if module.name != "segmentation.train":
       __import__(module.name)

@@ -1,4 +1,4 @@
-"""The non-chief workers' temporary save folders (common/distributed.chief_path) are removed at the
+"""The non-chief workers' temporary save folders (common/training/worker_files.chief_path) are removed at the
 end of every save and at exit (a SIGTERM included), and those of killed workers at the next start;
 only this run's folders (named after the workdir and their process) are touched."""
 import os
@@ -11,8 +11,8 @@ from unittest import mock
 import pytest
 import tensorflow as tf
 
-from common.training import distributed
 from common.runtime import hardware
+from common.training import worker_files
 from test_multi_worker import TIMEOUT_S
 from test_multi_worker import _worker_pids
 from test_multi_worker import finish
@@ -30,24 +30,24 @@ def dead_pid():
 def test_a_killed_workers_folder_is_removed_at_start_and_others_are_kept(tmp_path, monkeypatch):
   monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
   workdir, other = str(tmp_path / "runs" / "run"), str(tmp_path / "runs" / "other")
-  prefix = distributed.temporary_prefix(workdir)
-  assert distributed.temporary_prefix(other) != prefix
+  prefix = worker_files.temporary_prefix(workdir)
+  assert worker_files.temporary_prefix(other) != prefix
   killed = tmp_path / f"{prefix}worker1-pid{dead_pid()}-abc"
   alive = tmp_path / f"{prefix}worker2-pid{os.getpid()}-def"  # a live worker of this run
-  others = tmp_path / f"{distributed.temporary_prefix(other)}worker1-pid{dead_pid()}-ghi"  # another run's
+  others = tmp_path / f"{worker_files.temporary_prefix(other)}worker1-pid{dead_pid()}-ghi"  # another run's
   unrelated = tmp_path / "worker1-unrelated"
   for folder in (killed, alive, others, unrelated):
     (folder / "checkpoints").mkdir(parents=True)
   with mock.patch.object(hardware, "is_chief", return_value=False), \
        mock.patch.object(hardware, "worker_index", return_value=1):
-    with distributed.chief_path(workdir, strategy=None) as path:
+    with worker_files.chief_path(workdir, strategy=None) as path:
       assert os.path.basename(path) == "run"
       own = os.path.dirname(path)
       assert os.path.basename(own).startswith(f"{prefix}worker1-pid{os.getpid()}-")
       assert not killed.exists()
     assert not os.path.exists(own)
     with pytest.raises(KeyboardInterrupt):  # a signal ending the block removes it too
-      with distributed.chief_path(workdir, strategy=None) as path:
+      with worker_files.chief_path(workdir, strategy=None) as path:
         raise KeyboardInterrupt
     assert not os.path.exists(os.path.dirname(path))
   assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in (alive, others, unrelated))
@@ -63,7 +63,7 @@ def test_no_temporary_folder_is_left_after_a_killed_worker_and_a_relaunch_stoppe
   os.kill(pids[1], signal.SIGKILL)
   code, output = finish(process)
   assert code == 128 + signal.SIGKILL, output[-3000:]
-  prefix = distributed.temporary_prefix(str(workdir))
+  prefix = worker_files.temporary_prefix(str(workdir))
   assert [name for name in os.listdir(tmp) if name.startswith(prefix)], os.listdir(tmp)  # the killed one's
 
   killed = int(tf.train.latest_checkpoint(str(checkpoints)).rsplit("-", 1)[1])

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from common.contract import bounds
-from common.contract import config as config_lib
+from common.contract import checks
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import image_checks
@@ -97,20 +97,20 @@ def read_settings(data_cfg):
   ConfigError naming the first bad one (data.<key>). The checks that need another section (the
   loss, the batch size) are task.validate_config's."""
   values = {field.name: data_cfg[field.name] for field in dataclasses.fields(DataSettings)}
-  config_lib.check_values({"data": values}, {
-      "data.source": config_lib.one_of("synthetic", "folder"),
-      "data.small_identities": config_lib.one_of(*SMALL_IDENTITY_MODES),
-      "data.identities_per_batch": config_lib.integer(2),  # negatives need a second identity
-      "data.images_per_identity": config_lib.POSITIVE_INT,
-      "data.skip_bad_files": config_lib.BOOL,
-      "data.random_flip": config_lib.BOOL,
-      "data.normalization": config_lib.one_of(*normalization.SCHEMES),
+  checks.check_values({"data": values}, {
+      "data.source": checks.one_of("synthetic", "folder"),
+      "data.small_identities": checks.one_of(*SMALL_IDENTITY_MODES),
+      "data.identities_per_batch": checks.integer(2),  # negatives need a second identity
+      "data.images_per_identity": checks.POSITIVE_INT,
+      "data.skip_bad_files": checks.BOOL,
+      "data.random_flip": checks.BOOL,
+      "data.normalization": checks.one_of(*normalization.SCHEMES),
       **dict.fromkeys(["data.load_size", "data.crop_size", "data.eval_batch_size",
                        "data.num_train_identities", "data.num_pair_folds", "data.pairs_per_fold"],
-                      config_lib.POSITIVE_INT),
+                      checks.POSITIVE_INT),
       # Verification pairs need two identities with two images each.
-      "data.num_eval_identities": config_lib.integer(2),
-      "data.images_per_synthetic_identity": config_lib.integer(2),
+      "data.num_eval_identities": checks.integer(2),
+      "data.images_per_synthetic_identity": checks.integer(2),
   })
   bounds.check({"data": values}, BOUNDS)
   text_inputs.check_duplicates_mode(values["duplicates"])

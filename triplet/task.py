@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from common.app import export as export_lib
 from common.contract import bounds
+from common.contract import checks
 from common.contract import config as config_lib
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
@@ -45,20 +46,20 @@ def validate_config(config, for_training=True):
   folders and pairs it reads); an evaluation (for_training=False) skips those of the training
   batches. Returns the DataSettings."""
   loss = config.loss
-  config_lib.check_values(config, {
-      "loss.name": config_lib.one_of(*LOSS_NAMES),
-      "loss.margin": config_lib.NON_NEGATIVE,  # below 0 every triplet already satisfies it: nothing trains
-      "loss.squared": config_lib.BOOL,
-      "loss.cross_replica_mining": config_lib.BOOL,
+  checks.check_values(config, {
+      "loss.name": checks.one_of(*LOSS_NAMES),
+      "loss.margin": checks.NON_NEGATIVE,  # below 0 every triplet already satisfies it: nothing trains
+      "loss.squared": checks.BOOL,
+      "loss.cross_replica_mining": checks.BOOL,
   })
   settings = data_lib.read_settings(config.data)
-  config_lib.check_values(config, {
-      "model.embedding_size": config_lib.POSITIVE_INT,
-      "model.widths": config_lib.POSITIVE_INTS,
-      "model.weight_decay": config_lib.NON_NEGATIVE,
-      "model.bn_momentum": config_lib.FRACTION,
-      "model.sync_batch_norm": config_lib.BOOL,
-      "summaries.max_projector_points": config_lib.integer(0, summaries.MAX_PROJECTOR_POINTS),
+  checks.check_values(config, {
+      "model.embedding_size": checks.POSITIVE_INT,
+      "model.widths": checks.POSITIVE_INTS,
+      "model.weight_decay": checks.NON_NEGATIVE,
+      "model.bn_momentum": checks.FRACTION,
+      "model.sync_batch_norm": checks.BOOL,
+      "summaries.max_projector_points": checks.integer(0, summaries.MAX_PROJECTOR_POINTS),
   })
   bounds.check(config, {"model.embedding_size": bounds.CHANNELS, "model.widths": bounds.CHANNELS,
                         "loss.margin": (4, "the largest squared distance of two L2-normalized embeddings: "

@@ -14,6 +14,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from common.app.trainers import REPO_ROOT
 from common.contract import config as config_lib
 from common.contract.errors import ClusterFailed
 from common.contract.errors import CheckpointError
@@ -29,9 +30,6 @@ from common.training import checkpoints
 
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
-# The repository (or site-packages) this package was imported from, where the trainers' own config
-# files are: configs/<trainer>.py is found there whatever the folder a command runs from.
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def define_flags(default_config, default_workdir):

@@ -13,6 +13,8 @@ from common.runtime import hardware
 from common.training import distributed
 from common.training import evaluation as evaluation_lib
 from common.training import train_loop
+from common.training import worker_exits
+from common.training import worker_files
 
 
 def run_training(default_config, default_workdir, train_and_evaluate):
@@ -34,12 +36,12 @@ def train_and_export(config, workdir, *, strategy, model, phases, task, headline
   Every worker exports (a collective save); the chief's copy is kept, and the chief alone prints
   the figures (every worker has the same): the others say where the run's outputs are. Several
   workers leave together, and a worker that failed or left ends the others in one line with a
-  retryable exit code (distributed.failing_together).
+  retryable exit code (worker_exits.failing_together).
   """
-  with distributed.failing_together(strategy):
+  with worker_exits.failing_together(strategy):
     results = train_loop.train(config, workdir, strategy=strategy, model=model, phases=phases, task=task,
                                command_line=cli.command_line_choices())
-    with distributed.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
+    with worker_files.chief_path(os.path.join(workdir, "saved_model"), strategy) as path:
       saved_model = task.export(model, path)
   if hardware.is_chief(strategy):
     print(f"{headline(results)}\n"
@@ -48,7 +50,7 @@ def train_and_export(config, workdir, *, strategy, model, phases, task, headline
     print(f"worker {hardware.worker_index(strategy)} of {hardware.num_workers(strategy)} is not the "
           f"chief: the chief prints the run's figures and writes its outputs in {os.path.abspath(workdir)}",
           flush=True)
-  distributed.leave_together(strategy)  # with several workers, the process ends here
+  worker_exits.leave_together(strategy)  # with several workers, the process ends here
   return results
 
 

@@ -3,7 +3,7 @@ from absl import logging
 import keras
 
 from common.app import cli
-from common.contract import config as config_lib
+from common.contract import checks
 from common.runtime import hardware
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
@@ -19,7 +19,7 @@ def prepare_run(config, workdir=None, work="training"):
   A workdir that cannot be written (a file, read-only, full) fails here, before
   anything is written into it.
   """
-  config_lib.validate_config(config)
+  checks.validate_config(config)
   if workdir is not None:
     workdir_lib.check_writable(workdir)
   hardware.configure_devices(config.hardware.memory_limit_mb, config.hardware.memory_growth, work)

@@ -1,9 +1,9 @@
 """Upper bounds of the configs' counts and sizes, each with why: a value past one is a typo or a run
 that would fill the memory or the disk before it says so, refused in one line naming the key before
-any work. The lower bounds and types are checked with the key's other checks (config.check_values);
+any work. The lower bounds and types are checked with the key's other checks (checks.check_values);
 a value of another type is left to them.
 
-SHARED bounds base_config()'s keys (config.validate_config); each trainer bounds its own keys where
+SHARED bounds base_config()'s keys (checks.validate_config); each trainer bounds its own keys where
 it reads them (its data.read_settings, its task.validate_config) with check(section, its table).
 """
 import numbers

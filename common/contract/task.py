@@ -80,6 +80,11 @@ class Task:
       holds the lock and its checkpoint is checked (Inception's labels.txt and class_balance.csv).
     headline_metrics: the evaluation metrics that runs are compared by, most telling first (those
       of the closing line): the first metric columns of TensorBoard's HParams.
+    make_actions: optional make_actions(model, summaries) -> [common.training.actions.Action]: the
+      trainer's own work between the loop's compiled calls (images of its predictions, say), each
+      with its cadence (every=, at=) and chief_only=, made at each phase's start; they join the
+      engine's actions after its summaries. summaries: the run's RunSummaries (its `train` writer).
+      An action must not change the weights, so that where calls end never does.
   """
   name: str
   train_dataset: tf.data.Dataset
@@ -100,6 +105,7 @@ class Task:
   calibrate: Optional[Callable[[keras.Model], None]] = None
   run_files: dict = dataclasses.field(default_factory=dict)
   headline_metrics: tuple = ()
+  make_actions: Optional[Callable] = None
 
 
 @dataclasses.dataclass

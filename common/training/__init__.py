@@ -2,6 +2,6 @@
 state, checkpoints, distribution, summaries, diagnostics, plots. Imports contract and runtime.
 
 A trainer uses the modules in FOR_TRAINERS (what its evaluation draws and plots with, a run's
-checkpoints read back); the rest is the engine's own, reached through common.app
+checkpoints read back, the actions it adds to the loop); the rest is the engine's own, reached through common.app
 (tests/test_layout.py checks it)."""
-FOR_TRAINERS = ("calibration", "checkpoints", "evaluation", "plots", "summaries")
+FOR_TRAINERS = ("actions", "calibration", "checkpoints", "evaluation", "plots", "summaries")

@@ -158,10 +158,11 @@ class StepProfile:
   """train.profile_steps=(start, stop): TensorFlow's profiler records the steps after `start` up
   to `stop` (whole compiled calls: a call ends at each of them) into <out>/train/plugins/profile/,
   which TensorBoard's Profile tab opens with the tensorboard-plugin-profile package
-  (requirements-profile.txt). Only the chief profiles; () = off."""
+  (requirements-profile.txt). The chief alone profiles (its actions are chief_only), while every
+  worker's calls end at its steps alike; () = off."""
 
-  def __init__(self, steps, out, chief):
-    self.steps = tuple(steps) if chief else ()
+  def __init__(self, steps, out):
+    self.steps = tuple(steps)
     self.logdir = os.path.join(out, "train")
     self._running = False
 
@@ -169,7 +170,8 @@ class StepProfile:
     """The two actions (of class `action`) that start and stop the profile; none when off."""
     if not self.steps:
       return []
-    return [action(self._start, at=self.steps[:1]), action(lambda call: self.stop(), at=self.steps[1:])]
+    return [action(self._start, at=self.steps[:1], chief_only=True),
+            action(lambda call: self.stop(), at=self.steps[1:], chief_only=True)]
 
   def marking(self, step):
     """While profiling, marks a compiled call as one step for the profile's step-time view (its

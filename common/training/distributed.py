@@ -4,30 +4,21 @@ train.batch_size is the global batch. Every worker runs the same seeded input
 pipeline and keeps its slice of each global batch, so that its iterator stays
 a plain, checkpointable one (a DistributedIterator cannot be saved); each
 worker keeps its own input positions beside the chief's collective checkpoint.
-Cluster decides, once a run, what one or several workers do differently.
+Cluster decides, once a run, what one or several workers do differently. Where
+each worker writes is common.training.worker_files; how the workers end a run
+together, common.training.worker_exits.
 """
-import atexit
 import contextlib
-import glob
 import hashlib
-import os
-import re
 import shutil
 import signal
-import sys
-import tempfile
-import time
 
 from absl import logging
 import tensorflow as tf
-from tensorflow.python.eager import context  # the coordination service's key-value store: no public API
 
-from common.contract.errors import CheckpointError
-from common.contract.errors import ClusterFailed
 from common.contract.errors import ConfigError
 from common.runtime import hardware
 from common.runtime import signals
-from common.runtime import workdir as workdir_lib
 from common.training import calibration
 
 
@@ -235,169 +226,8 @@ def chief_first(strategy):
     yield
 
 
-# What a collective raises when a worker it waits for failed or left (TensorFlow's coordination
-# service tells the others "The tasks have crashed").
-_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
-                tf.errors.DeadlineExceededError)
-
-
-@contextlib.contextmanager
-def failing_together(strategy):
-  """With several workers, a collective that fails because another worker failed or left ends the
-  run in one line with ClusterFailed's retryable exit code, instead of a traceback; then every
-  worker leaves together (a last barrier), so that none sees another's exit as a crash."""
-  if hardware.num_workers(strategy) == 1:
-    yield
-    return
-  try:
-    yield
-    barrier(strategy)
-    _leave_after_the_chief(strategy)
-  except _PEER_ERRORS as e:
-    raise ClusterFailed(
-        f"worker {hardware.worker_index(strategy)} of {hardware.num_workers(strategy)}: another "
-        f"worker failed or left (a collective operation ended with {type(e).__name__}); exiting with "
-        f"code {ClusterFailed.EXIT_CODE} so that the run is restarted: the same command resumes from "
-        "the last checkpoint") from None
-
-
-# The key by which the chief says it is through the last barrier (TensorFlow's coordination service
-# lives as long as the cluster's processes: a restarted run has a fresh one).
-_CHIEF_THROUGH = "reference_trainers/chief_through_last_barrier"
-
-
-def _leave_after_the_chief(strategy):
-  """Holds the other workers until the chief is through the last barrier: a collective's receiver
-  pulls each chunk from its sender, so a worker that left as soon as its own part was done could
-  leave the chief waiting for one ("Socket closed"). The chief says so in the key-value store of
-  TensorFlow's coordination service, which it hosts; a chief that never does is a peer error."""
-  coordination = context.context()
-  if hardware.is_chief(strategy):
-    coordination.set_config_key_value(_CHIEF_THROUGH, "1")
-  else:
-    coordination.get_config_key_value(_CHIEF_THROUGH, timeout_in_ms=120_000)
-
-
-_LEAVING = "reference_trainers/leaving/worker"
-# After the others' word, before the chief's exit: the time each of them has left between its word
-# and its own exit (microseconds, unless the machine stalls it).
-_GRACE_S = 1.0
-
-
-def leave_together(strategy):
-  """With several workers, ends this process once its outputs are written (nothing alone): the other
-  workers first, the chief, which hosts TensorFlow's coordination service, right after them.
-
-  Whichever process outlives the others by TensorFlow's heartbeat timeout (10 s) logs their exit as
-  a crash ("BaseCollectiveExecutor::StartAbort UNAVAILABLE ... The tasks have crashed"), and a
-  worker's interpreter teardown alone can take longer under load. So no worker tears TensorFlow down:
-  each runs its exit handlers (AutoGraph's temporary files, the logs), says in the key-value store that
-  it leaves and exits at once; the chief waits for every word, then exits as promptly (exit code 0:
-  every output is written, a later signal finds nothing to stop)."""
-  workers = hardware.num_workers(strategy)
-  if workers == 1:
-    return
-  atexit._run_exitfuncs()  # pylint: disable=protected-access
-  sys.stdout.flush()
-  sys.stderr.flush()
-  coordination = context.context()
-  if hardware.is_chief(strategy):
-    try:
-      for index in range(1, workers):
-        coordination.get_config_key_value(f"{_LEAVING}{index}", timeout_in_ms=60_000)
-      time.sleep(_GRACE_S)
-    except tf.errors.OpError as e:  # a worker that failed after the run's outputs: nothing left to save
-      logging.warning("not every worker said it leaves: %s", str(e).splitlines()[0])
-  else:
-    coordination.set_config_key_value(f"{_LEAVING}{hardware.worker_index(strategy)}", "1")
-  os._exit(0)  # pylint: disable=protected-access
-
-
-@contextlib.contextmanager
-def chief_path(path, strategy):
-  """`path` on the chief; on other workers a temporary path, removed after the block.
-
-  Every worker takes part in a collective save (checkpoint, SavedModel), but only
-  the chief's copy is kept (TensorFlow's multi-worker guide). The temporary
-  folders are named after `path` and their process, so that those of killed
-  workers of this run are recognised and removed at the next start.
-  """
-  if hardware.is_chief(strategy):
-    yield path
-    return
-  prefix = temporary_prefix(path)
-  remove_killed_workers_folders(prefix)
-  temporary = tempfile.mkdtemp(prefix=f"{prefix}worker{hardware.worker_index(strategy)}-pid{os.getpid()}-")
-  try:
-    yield os.path.join(temporary, os.path.basename(os.path.normpath(path)))
-  finally:
-    shutil.rmtree(temporary, ignore_errors=True)
-
-
 def remove_copy(directory, chief):
   """Removes a non-chief worker's copy of a collective save right after the save (TensorFlow's
   multi-worker guide): only the chief's is kept, and a worker's copies never pile up in TMPDIR."""
   if not chief:
     shutil.rmtree(directory, ignore_errors=True)
-
-
-def temporary_prefix(path):
-  """The start of the names of the non-chief workers' temporary folders for `path`, under TMPDIR:
-  its name and a digest of its absolute path, which tell this run's folders from other runs'."""
-  absolute = os.path.abspath(path)
-  digest = hashlib.sha1(absolute.encode()).hexdigest()[:10]
-  return f"nonchief-{os.path.basename(absolute)}-{digest}-"
-
-
-def remove_killed_workers_folders(prefix):
-  """Removes the temporary folders of `prefix` whose process has died (kill -9 leaves them)."""
-  for folder in glob.glob(os.path.join(tempfile.gettempdir(), glob.escape(prefix) + "worker*-pid*-*")):
-    owner = re.match(r"worker\d+-pid(\d+)-", os.path.basename(folder)[len(prefix):])
-    if owner and not workdir_lib.is_running(int(owner.group(1))):
-      logging.warning("removing %s, the temporary folder of a killed worker", folder)
-      shutil.rmtree(folder, ignore_errors=True)
-
-
-class InputPositions:
-  """Where this worker's input iterator is saved. Alone, in the run's checkpoint (`in_checkpoint`,
-  the objects it adds to that checkpoint); with several workers, as `input-<step>` in a folder of
-  its own beside each collective checkpoint (the chief's), a CheckpointManager keeping as many
-  positions as checkpoints are kept.
-  """
-
-  def __init__(self, iterator, checkpoints, cluster, keep):
-    self._cluster = cluster
-    self._manager = None
-    if cluster.workers == 1:
-      self.in_checkpoint = {"iterator": iterator}
-      return
-    self.in_checkpoint = {}
-    self.directory = os.path.join(checkpoints, "input", f"worker{cluster.index}")
-    workdir_lib.check_writable(self.directory)
-    workdir_lib.remove_leftovers(self.directory)
-    self._checkpoint = tf.train.Checkpoint(iterator=iterator)
-    self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory, max_to_keep=keep,
-                                               checkpoint_name="input")
-
-  def save(self, step):
-    """With several workers, writes the position of `step`; every worker writes before the
-    collective checkpoint (the barrier), so a checkpoint never exists without the positions it needs."""
-    if self._manager is None:
-      return
-    with workdir_lib.writing(self.directory):
-      self._manager.save(checkpoint_number=step)
-    self._cluster.barrier()
-
-  def restore(self, step, restore_fn):
-    """With several workers, restores the position of `step` (restore_fn: checkpoints.restore)."""
-    if self._manager is None:
-      return
-    path = os.path.join(self.directory, f"input-{step}")
-    worker = self._cluster.index
-    if not tf.io.gfile.exists(path + ".index"):
-      raise CheckpointError(
-          f"worker {worker} has no input position for step {step} ({path}); run with the same "
-          "workers and workdir as before, or set train.reset_input_pipeline=True to start the input "
-          "afresh")
-    restore_fn(self._checkpoint, path, partial=False)
-    logging.info("worker %d: input position of step %d restored from %s", worker, step, path)

@@ -16,7 +16,7 @@ from common.contract.errors import first_line
 from common.contract.errors import WorkdirError
 from common.runtime import workdir as workdir_lib
 from common.training import checkpoints as checkpoints_lib
-from common.training import distributed
+from common.training import worker_files
 
 
 def build_optimizers(model, phases, strategy):
@@ -55,7 +55,7 @@ class RunCheckpoint:
                            **({"weight_average": average} if average else {}))
     self.calibrated = calibrated  # calibration.CalibratedStatistics, or None
     self._statistics_mean = cluster.make_statistics_mean(model)
-    self._positions = distributed.InputPositions(self.iterator, self.directory, cluster, keep)
+    self._positions = worker_files.InputPositions(self.iterator, self.directory, cluster, keep)
     self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)
     # Restored on their own (calibrated.restore): a checkpoint written before they were kept resumes.
     self._saved = (tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables,

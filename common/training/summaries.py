@@ -229,37 +229,35 @@ class RunSummaries:
     """The actions (common.training.actions) that write the heavy summaries of training batches
     that are on, on the chief alone, each at its cadence and never in the step: images (also at
     each evaluation, `eval_every`, and at the run's end, so that every run has some), activation
-    statistics, histograms. Every worker gets the same cadences: calls end alike on all of them."""
+    statistics, histograms. Every worker gets the same actions (chief_only): calls end alike on all of them."""
     cfg = self._cfg
     actions = []
     if self._image_summaries_fn and cfg.max_outputs > 0:
-      actions.append(Action(self._write_images, every=(cfg.images_every, eval_every), at=(run_end,)))
+      actions.append(Action(self._write_images, every=(cfg.images_every, eval_every), at=(run_end,),
+                            chief_only=True))
     if cfg.activation_stats:
-      actions.append(Action(self._write_activation_statistics, every=(cfg.scalars_every,)))
+      actions.append(Action(self._write_activation_statistics, every=(cfg.scalars_every,), chief_only=True))
     if cfg.histograms or cfg.bias_histograms or cfg.activation_histograms:
-      actions.append(Action(self._write_histograms, every=(cfg.histograms_every,)))
+      actions.append(Action(self._write_histograms, every=(cfg.histograms_every,), chief_only=True))
     return actions
 
   def _write_images(self, call):
-    if self._chief:
-      images = self._image_summaries_fn(self._model, call.batch, self._cfg.max_outputs)
-      self.train.write_images(call.step, images)
+    images = self._image_summaries_fn(self._model, call.batch, self._cfg.max_outputs)
+    self.train.write_images(call.step, images)
 
   def _write_activation_statistics(self, call):
-    if self._chief:
-      stats = self._statistics_fn()(call.batch[0])
-      self.train.write_scalars(call.step, {f"activations/{name}/{kind}": value
-                                           for name, (mean, var) in stats.items()
-                                           for kind, value in (("mean", mean), ("variance", var))})
+    stats = self._statistics_fn()(call.batch[0])
+    self.train.write_scalars(call.step, {f"activations/{name}/{kind}": value
+                                         for name, (mean, var) in stats.items()
+                                         for kind, value in (("mean", mean), ("variance", var))})
 
   def _write_histograms(self, call):
-    if self._chief:
-      cfg = self._cfg
-      tensors = select_histogram_variables(self._model.variables, cfg.histograms, cfg.bias_histograms)
-      if cfg.activation_histograms:
-        outputs = self._probe_fn()(call.batch[0], training=False)
-        tensors.update({f"activations/{name}": value for name, value in outputs.items()})
-      self.train.write_histograms(call.step, tensors)
+    cfg = self._cfg
+    tensors = select_histogram_variables(self._model.variables, cfg.histograms, cfg.bias_histograms)
+    if cfg.activation_histograms:
+      outputs = self._probe_fn()(call.batch[0], training=False)
+      tensors.update({f"activations/{name}": value for name, value in outputs.items()})
+    self.train.write_histograms(call.step, tensors)
 
   def _probe_fn(self):
     if self._probe is None:
