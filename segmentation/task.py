@@ -132,7 +132,8 @@ def evaluation_summaries(examples, confusion, class_names, ignore_label):
       image, {"truth": label, "prediction": np.argmax(logits, axis=-1)}, class_names, ignore_label,
       width=plots.TENSORBOARD_BOX[0]))[None]
       for i, (image, label, logits) in enumerate(examples)}
-  images["confusion_matrix"] = plots.confusion_matrix_image(confusion, class_names, "confusion matrix (pixels)")
+  images["confusion_matrix"] = plots.confusion_matrix_image(confusion, class_names, metrics.confusion_title(confusion),
+                                                            fractions_in_cells=True)
   return images
 
 

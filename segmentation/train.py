@@ -9,17 +9,21 @@ if __name__ == "__main__":
 
 from common.app import commands
 from common.app import startup
+from segmentation import metrics
 from segmentation import task as task_lib
 
 OUTPUTS = "checkpoints/, train/ and eval/ (TensorBoard), metrics.json, config.json"
 
 
 def headline(results):
-  """The figures of the closing line: mIoU and pixel accuracy beside their all-majority-class chance."""
+  """The figures of the closing line: mIoU and pixel accuracy beside their all-majority-class chance,
+  the foreground-vs-background IoU, and a line when the objects are found but their classes mixed up."""
   scores = results["eval"]
-  return (f"validation mIoU {scores['miou']:.4f} (all-majority-class {scores['chance_miou']:.4f}), pixel "
-          f"accuracy {scores['pixel_accuracy']:.4f} (all-majority-class {scores['chance_pixel_accuracy']:.4f}) "
-          f"at step {results['step']}")
+  line = (f"validation mIoU {scores['miou']:.4f} (all-majority-class {scores['chance_miou']:.4f}), "
+          f"foreground-vs-background IoU {scores['fg_bg_iou']:.4f}, pixel accuracy {scores['pixel_accuracy']:.4f} "
+          f"(all-majority-class {scores['chance_pixel_accuracy']:.4f}) at step {results['step']}")
+  mixed_up = metrics.mixed_up_line(scores)
+  return f"{line}\n{mixed_up}" if mixed_up else line
 
 
 def train_and_evaluate(config, workdir):

@@ -20,6 +20,20 @@ def test_confusion_matrix_colours_rows_writes_counts_and_has_a_colour_bar(tmp_pa
   assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_confusion_matrix_can_write_each_rows_fractions_in_its_cells():
+  """Segmentation's: pixel counts run to millions; what share of a class is taken for which is read."""
+  confusion = np.array([[900, 60, 40], [10, 30, 60], [0, 0, 0]])
+  figure = plots.confusion_matrix_figure(confusion, ["background", "digit_0", "digit_1"], fractions_in_cells=True)
+  grid = figure.axes[0]
+  shown = np.asarray(grid.images[0].get_array())
+  np.testing.assert_allclose(shown.sum(axis=1), [1, 1, 0])  # a class never seen stays empty
+  assert [t.get_text() for t in grid.texts] == ["0.90", "0.06", "0.04", "0.10", "0.30", "0.60",
+                                                "0.00", "0.00", "0.00"]
+  assert [t.get_text() for t in grid.get_xticklabels()] == ["background", "digit_0", "digit_1"]
+  assert [t.get_text() for t in grid.get_yticklabels()] == ["background", "digit_0", "digit_1"]
+  plots.save(figure, "/dev/null")
+
+
 def test_many_classes_get_ids_at_a_stride_and_no_counts():
   figure = plots.confusion_matrix_figure(np.eye(120, dtype=np.int64), [f"breed_{i}" for i in range(120)])
   grid = figure.axes[0]

@@ -164,6 +164,35 @@ def test_chance_baseline_is_the_majority_class_everywhere():
   assert scores["miou"] > scores["chance_miou"]
 
 
+def test_foreground_vs_background_iou_merges_every_object_class():
+  # Pixels as (true class, predicted class) pairs: background 0, two object classes.
+  truth = np.array([0] * 50 + [1] * 20 + [2] * 20 + [0] * 5 + [1] * 5)
+  predicted = np.array([0] * 50 + [2] * 20 + [1] * 20 + [1] * 5 + [0] * 5)
+  confusion = np.zeros((3, 3), np.int64)
+  np.add.at(confusion, (truth, predicted), 1)
+  # Counted from the pixels: objects called objects (whatever their class) over pixels that are or are
+  # called objects: 40 / 50.
+  objects_found = np.sum((truth > 0) & (predicted > 0)) / np.sum((truth > 0) | (predicted > 0))
+  scores = metrics.metrics_from_confusion(confusion)
+  assert scores["fg_bg_iou"] == pytest.approx(objects_found) == pytest.approx(0.8)
+  assert scores["miou"] < 0.4  # every object taken for the other class
+  line = metrics.mixed_up_line(scores)
+  assert line.startswith("objects found but their classes mixed up: foreground-vs-background IoU 0.8000")
+  assert metrics.mixed_up_line(dict(scores, fg_bg_iou=0.25, miou=0.11)) is None  # objects missed, not mixed up
+  told_apart = metrics.metrics_from_confusion(np.diag([55, 25, 20]))
+  assert told_apart["fg_bg_iou"] == told_apart["miou"] == 1.0 and metrics.mixed_up_line(told_apart) is None
+
+
+def test_the_closing_line_has_the_foreground_iou_and_says_when_classes_are_mixed_up():
+  scores = {"miou": 0.634, "chance_miou": 0.09, "fg_bg_iou": 0.918, "pixel_accuracy": 0.95,
+            "chance_pixel_accuracy": 0.8}
+  first, second = train.headline({"eval": scores, "step": 1200}).splitlines()
+  assert first == ("validation mIoU 0.6340 (all-majority-class 0.0900), foreground-vs-background IoU 0.9180, "
+                   "pixel accuracy 0.9500 (all-majority-class 0.8000) at step 1200")
+  assert second.startswith("objects found but their classes mixed up")
+  assert "\n" not in train.headline({"eval": dict(scores, miou=0.9), "step": 1200})
+
+
 @pytest.mark.parametrize("num_classes, class_names, first_keys", [
     (12, None, ["iou/class_00", "iou/class_01", "iou/class_02"]),  # not class_0, class_1, class_10
     (3, ("background", "disk", "rectangle"), ["iou/00_background", "iou/01_disk", "iou/02_rectangle"]),

@@ -41,15 +41,23 @@ def compact_count(count):
   return str(count)
 
 
-def confusion_matrix_figure(confusion, class_names, title="confusion matrix", width=None):
+def row_fractions(confusion):
+  """Each count as a fraction of its row (its true class): rows sum to 1, a class never seen stays 0."""
+  confusion = np.asarray(confusion, np.int64)
+  return confusion / np.maximum(confusion.sum(axis=1, keepdims=True), 1)
+
+
+def confusion_matrix_figure(confusion, class_names, title="confusion matrix", width=None, fractions_in_cells=False):
   """Rows: true classes, columns: predicted; colour: the fraction of the row (its true class), so a
   rare class reads as clearly as a common one; the counts written in the cells where they fit (as
-  4.4M where 4,374,839 would not), the class names on the axes where they fit (else ids at a
-  stride). width: of the figure in inches, by default growing with the classes (the report's PNG);
-  TensorBoard's is TENSORBOARD_WIDTH pixels (confusion_matrix_image). Returns the figure."""
+  4.4M where 4,374,839 would not), or with fractions_in_cells the fractions (0.23: what share of a
+  class is taken for which, where counts run to millions of pixels), the class names on the axes
+  where they fit (else ids at a stride). width: of the figure in inches, by default growing with the
+  classes (the report's PNG); TensorBoard's is TENSORBOARD_WIDTH pixels (confusion_matrix_image).
+  Returns the figure."""
   confusion = np.asarray(confusion, np.int64)
   count = len(confusion)
-  fractions = confusion / np.maximum(confusion.sum(axis=1, keepdims=True), 1)
+  fractions = row_fractions(confusion)
   width = width or min(5.5 + 0.35 * count, 17.5)
   figure, axes = plt.subplots(figsize=(width, 0.85 * width), dpi=_DPI)
   shown = axes.imshow(fractions, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
@@ -68,8 +76,9 @@ def confusion_matrix_figure(confusion, class_names, title="confusion matrix", wi
     _set_ticks(axes, range(count), names, min(_FONT, 0.75 * _cell_points(figure, axes, count)))
   figure.tight_layout()
   cell = _cell_points(figure, axes, count)
-  exact = [f"{c:,}" for c in confusion.ravel()]  # where they fit at full size; else 4.4M (the CSV has them)
-  texts = exact if _fitting_font(figure, cell, exact) >= _FONT else [
+  exact = ([f"{f:.2f}" for f in fractions.ravel()] if fractions_in_cells else
+           [f"{c:,}" for c in confusion.ravel()])  # where they fit at full size; else 4.4M (the CSV has them)
+  texts = exact if fractions_in_cells or _fitting_font(figure, cell, exact) >= _FONT else [
       compact_count(int(c)) for c in confusion.ravel()]
   font = _fitting_font(figure, cell, texts)
   if font >= _MIN_FONT:
@@ -82,6 +91,7 @@ def confusion_matrix_figure(confusion, class_names, title="confusion matrix", wi
 
 def _cell_points(figure, axes, count):
   """The side of a cell of the matrix, in points."""
+  axes.apply_aspect()  # its square cells, as drawn (a tall title narrows them; drawing would do it later)
   return axes.get_window_extent().width * 72 / figure.dpi / count
 
 
@@ -99,9 +109,10 @@ def _set_ticks(axes, ticks, labels, font):
   axes.set_yticks(list(ticks), labels, fontsize=font)
 
 
-def confusion_matrix_image(confusion, class_names, title="confusion matrix"):
+def confusion_matrix_image(confusion, class_names, title="confusion matrix", fractions_in_cells=False):
   """The confusion matrix as TensorBoard shows it: [1, H, W, 3] uint8, TENSORBOARD_WIDTH wide."""
-  return image(confusion_matrix_figure(confusion, class_names, title, TENSORBOARD_WIDTH / _DPI))[None]
+  return image(confusion_matrix_figure(confusion, class_names, title, TENSORBOARD_WIDTH / _DPI,
+                                       fractions_in_cells))[None]
 
 
 def image(figure, width=TENSORBOARD_WIDTH):
@@ -121,16 +132,16 @@ def save(figure, path):
   return path
 
 
-def write_confusion_matrix(directory, confusion, class_names, title="confusion matrix"):
+def write_confusion_matrix(directory, confusion, class_names, title="confusion matrix", fractions_in_cells=False):
   """confusion_matrix.csv (rows: true class, columns: predicted, counts) and its figure,
-  confusion_matrix.png, in directory; returns their paths."""
+  confusion_matrix.png (confusion_matrix_figure), in directory; returns their paths."""
   path = os.path.join(directory, "confusion_matrix.csv")
   with open(path, "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow(["true \\ predicted", *class_names])
     for name, row in zip(class_names, confusion):
       writer.writerow([name, *(int(c) for c in row)])
-  figure = confusion_matrix_figure(confusion, class_names, title)
+  figure = confusion_matrix_figure(confusion, class_names, title, fractions_in_cells=fractions_in_cells)
   return [path, save(figure, os.path.join(directory, "confusion_matrix.png"))]
 
 
