@@ -103,6 +103,9 @@ def get_config(preset=None):
   # Logits at 1/output_stride of the input resolution, upsampled bilinearly: objects many pixels
   # wide need no full-resolution layers (output_stride**2 times fewer pixels to compute).
   config.model.output_stride = 1
+  # The deepest level's context module (segmentation/model.py): one atrous 3x3 branch per dilation
+  # rate beside a 1x1 branch and image pooling; () = off.
+  config.model.context_rates = ()
   # BatchNorm statistics over the global batch, not each replica's part (small per-replica batches).
   config.model.sync_batch_norm = False
 

@@ -1,7 +1,6 @@
 """Photos of handwritten digits among clutter, for scripts/make_real_sets.py's `scenes` set.
 
-Each photo: a shaded colour under stripes or checks, filled shapes, long lines and scribbles that are
-no digit, then 1-4 MNIST digits (28x28, scaled smoothly to 60-200 px of ink) in colours that stand out
+Each photo: a light shaded colour (paper) under stripes or checks, filled shapes and long lines, then 1-4 MNIST digits (28x28, scaled smoothly to 60-200 px of ink) in colours that stand out
 from what is under them, overlapping each other little, then pixel noise.
 """
 import numpy as np
@@ -39,18 +38,20 @@ def scaled_digit(digit, height, rng):
 
 
 def ink_colour(rng, colour):
-  """A random colour at least 100 away (Euclidean RGB) from colour and 60 in luminance (a grey photo
-  keeps the digit)."""
+  """A random colour at least 100 away (Euclidean RGB) from colour and 60 darker in luminance, as ink
+  on paper; lighter where colour is too dark for that (a digit over a dark shape). A grey photo keeps
+  the digit."""
   luminance = np.array([0.299, 0.587, 0.114])
+  sign = -1 if colour @ luminance >= 100 else 1
   while True:
     candidate = rng.uniform(0, 255, 3)
-    if np.linalg.norm(candidate - colour) >= 100 and abs((candidate - colour) @ luminance) >= 60:
+    if np.linalg.norm(candidate - colour) >= 100 and sign * ((candidate - colour) @ luminance) >= 60:
       return candidate
 
 
 def cluttered_background(rng, height, width):
-  """A shaded colour under a texture (stripes or checks), shapes, long lines and scribbles that are no
-  digit (zigzags of 4-7 segments): [H, W, 3] float in [0, 255]."""
+  """A light shaded colour (paper) under a texture (stripes or checks), filled shapes of any colour and
+  long lines: [H, W, 3] float in [0, 255]."""
   coarse = Image.fromarray(np.uint8(rng.uniform(0, 255, (4, 4))))
   shade = np.asarray(coarse.resize((width, height), Image.BICUBIC), np.float32)[..., None] / 255.0
   rows, cols = np.ogrid[0:height, 0:width]
@@ -58,12 +59,12 @@ def cluttered_background(rng, height, width):
   wave = np.sin((rows * np.cos(angle) + cols * np.sin(angle)).astype(np.float32) * frequency)
   if rng.random() < 0.5:  # checks
     wave = wave * np.sin((cols * np.cos(angle) - rows * np.sin(angle)).astype(np.float32) * frequency)
-  canvas = (np.float32(rng.uniform(0, 255, 3)) * (0.6 + 0.4 * shade)
+  canvas = (np.float32(rng.uniform(150, 255, 3)) * (0.75 + 0.25 * shade)  # paper: light, shaded
             + wave[..., None] * np.float32(rng.uniform(0, 30) * rng.uniform(-1, 1, 3)))
   image = Image.fromarray(np.uint8(canvas.clip(0, 255)))
   draw = ImageDraw.Draw(image)
   colour = lambda: tuple(int(c) for c in rng.integers(0, 256, 3))  # pylint: disable=unnecessary-lambda-assignment
-  for _ in range(rng.integers(1, 6)):  # shapes, filled
+  for _ in range(rng.integers(1, 4)):  # shapes, filled
     x, y = rng.integers(0, width), rng.integers(0, height)
     w, h = rng.integers(20, 160, 2)
     if rng.random() < 0.5:
@@ -74,9 +75,6 @@ def cluttered_background(rng, height, width):
     ends = [(0, rng.integers(0, height)), (width, rng.integers(0, height))]
     draw.line(ends if rng.random() < 0.5 else [(y, x) for x, y in ends], fill=colour(),
               width=int(rng.integers(2, 12)))
-  for _ in range(rng.integers(1, 5)):  # scribbles as thick as the digits' strokes
-    points = rng.integers(0, 160, (rng.integers(5, 9), 2)) + (rng.integers(0, width), rng.integers(0, height))
-    draw.line([tuple(p) for p in points], fill=colour(), width=int(rng.integers(4, 20)), joint="curve")
   return np.asarray(image, np.float32)
 
 

@@ -8,7 +8,11 @@ checkerboard of every other row and column in the masks). With output_stride > 1
 non-overlapping output_stride x output_stride convolution (kernel = stride, so no
 checkerboard either) first brings the image down to the resolution of the logits, which are
 upsampled bilinearly at the end: for objects many pixels wide, the network runs on
-output_stride**2 times fewer pixels. The input size must be divisible by
+output_stride**2 times fewer pixels. With context_rates, the deepest level ends in a context module
+(DeepLab v3's atrous spatial pyramid pooling): parallel 3x3 convolutions dilated by each rate, a 1x1
+one, and the image's mean features (image pooling) broadcast back, concatenated and mixed by a 1x1
+convolution, so that every pixel sees its whole object (a digit of 200 px is 13 cells at stride 16)
+and the photo around it. The input size must be divisible by
 total_stride(widths, output_stride); logits are float32 under mixed precision.
 """
 import keras
@@ -42,16 +46,36 @@ class BilinearUpsampling(keras.layers.Layer):
     return {**super().get_config(), "factor": self.factor}
 
 
-def _conv_bn_relu(x, filters, strides, regularizer, sync_batch_norm, name, kernel_size=3):
+class ImagePooling(keras.layers.Layer):
+  """The mean of each channel over the image, broadcast back to every pixel: [B, H, W, C] -> same shape."""
+
+  def call(self, x):
+    return tf.broadcast_to(tf.reduce_mean(x, axis=[1, 2], keepdims=True), tf.shape(x))
+
+
+def _conv_bn_relu(x, filters, strides, regularizer, sync_batch_norm, name, kernel_size=3, dilation_rate=1):
   x = keras.layers.Conv2D(filters, kernel_size, strides=strides, padding="same", use_bias=False,
-                          kernel_initializer="he_normal", kernel_regularizer=regularizer,
-                          name=f"{name}_conv")(x)
+                          dilation_rate=dilation_rate, kernel_initializer="he_normal",
+                          kernel_regularizer=regularizer, name=f"{name}_conv")(x)
   x = BatchNorm(synchronized=sync_batch_norm, name=f"{name}_bn")(x)
   return keras.layers.ReLU(name=f"{name}_relu")(x)
 
 
+def _context(x, rates, regularizer, sync_batch_norm):
+  """The context module (see the module's docstring) on the deepest level's features x."""
+  width = x.shape[-1]
+  args = (regularizer, sync_batch_norm)
+  branches = [_conv_bn_relu(x, width, 1, *args, "context_1x1", kernel_size=1)]
+  branches += [_conv_bn_relu(x, width, 1, *args, f"context_rate{rate}", dilation_rate=rate) for rate in rates]
+  # The mean is taken of the normalised, not the raw, features; its 1x1 convolution is applied at
+  # every pixel after broadcasting (the same value everywhere), which keeps the graph one shape.
+  branches.append(_conv_bn_relu(ImagePooling(name="context_pool")(x), width, 1, *args, "context_image", kernel_size=1))
+  x = keras.layers.Concatenate(name="context_concat")(branches)
+  return _conv_bn_relu(x, width, 1, *args, "context_mix", kernel_size=1)
+
+
 def build_model(num_classes, widths=(32, 64, 128), weight_decay=0.0, normalization="unit",
-                sync_batch_norm=False, output_stride=1, name="segmenter"):
+                sync_batch_norm=False, output_stride=1, context_rates=(), name="segmenter"):
   """The model for uint8 images [B, H, W, 3] of any H, W divisible by total_stride(widths, output_stride)."""
   regularizer = l2_regularizer(weight_decay)
   inputs = keras.Input((None, None, 3), dtype="uint8", name="image")
@@ -63,6 +87,8 @@ def build_model(num_classes, widths=(32, 64, 128), weight_decay=0.0, normalizati
     x = _conv_bn_relu(x, width, 1 if level == 0 else 2, regularizer, sync_batch_norm, f"enc{level}_a")
     x = _conv_bn_relu(x, width, 1, regularizer, sync_batch_norm, f"enc{level}_b")
     skips.append(x)
+  if context_rates:
+    x = _context(x, context_rates, regularizer, sync_batch_norm)
   for level in range(len(widths) - 2, -1, -1):
     x = BilinearUpsampling(2, name=f"dec{level}_up")(x)
     x = keras.layers.Concatenate(name=f"dec{level}_skip")([x, skips[level]])

@@ -48,6 +48,7 @@ def validate_config(config, for_training=True):
       "model.weight_decay": checks.NON_NEGATIVE,
       "model.sync_batch_norm": checks.BOOL,
       "model.output_stride": checks.POSITIVE_INT,
+      "model.context_rates": checks.sequence_of(checks.POSITIVE_INT, "a sequence of dilation rates >= 1 (() = off)"),
       "loss.class_weights": checks.sequence_of(checks.NON_NEGATIVE,
                                                "a sequence of numbers >= 0 (() = all 1)"),
       "loss.cross_entropy_weight": checks.NON_NEGATIVE,
@@ -141,7 +142,7 @@ def build_model(config, settings):
   """The network of the config's model section for the data settings' classes and normalization."""
   return model_lib.build_model(settings.num_classes, tuple(config.model.widths), config.model.weight_decay,
                                settings.normalization, config.model.sync_batch_norm,
-                               config.model.output_stride)
+                               config.model.output_stride, tuple(config.model.context_rates))
 
 
 def pad_multiple(config):
