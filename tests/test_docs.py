@@ -78,28 +78,28 @@ def config_key_table():
   """The Markdown table of every key of the trainers' configs: its default in each (default preset)
   and its meaning, from the comments of common/contract/config.py and configs/<trainer>.py."""
   shared = key_meanings("common/contract/config.py")
-  defaults, meanings, order = {}, {}, []
+  defaults, meanings = {}, {}  # meanings: {key: {meaning: [trainers]}}
   for name in CONFIG_MODULES:
     config = importlib.import_module(f"configs.{name}").get_config()
     own = key_meanings(f"configs/{name}.py")
-    values = dict(zip(shared_config.flatten_keys(config), (
-        shared_config.get_value(config, key) for key in shared_config.flatten_keys(config))))
-    defaults[name] = values
-    for key in values:
-      if key not in meanings:
-        order.append(key)
-        meanings[key] = meaning(key, (own, shared))
+    keys = shared_config.flatten_keys(config)
+    defaults[name] = {key: shared_config.get_value(config, key) for key in keys}
+    for key in keys:
+      meanings.setdefault(key, {}).setdefault(meaning(key, (own, shared)), []).append(name)
   rows = ["| key | " + " | ".join(f"`{name}`" for name in CONFIG_MODULES) + " | meaning |",
           "|---|" + "---|" * len(CONFIG_MODULES) + "---|"]
-  for key in order:
+  for key, by_meaning in sorted(meanings.items()):
     values = [cell(defaults[name][key]) if key in defaults[name] else "-" for name in CONFIG_MODULES]
-    rows.append(f"| `{key}` | " + " | ".join(values) + f" | {meanings[key].replace('|', chr(92) + '|')} |")
+    # Where the trainers' files say different things of one key, each says its own.
+    said = next(iter(by_meaning)) if len(by_meaning) == 1 else "; ".join(
+        f"{', '.join(names)}: {text}" for text, names in by_meaning.items())
+    rows.append(f"| `{key}` | " + " | ".join(values) + f" | {said.replace('|', chr(92) + '|')} |")
   return "\n".join(rows)
 
 
 def test_every_config_key_has_a_meaning():
   missing = [line.split("|")[1].strip() for line in config_key_table().splitlines()[2:]
-             if not line.rstrip(" |").rsplit("|", 1)[1].strip()]
+             if not line.rstrip(" |").rsplit("|", 1)[1].strip() or re.search(r": (;|$)", line.rstrip(" |"))]
   assert not missing, ("config keys without a comment saying what they mean (write one at the end of "
                        f"the key's line, or above it, in its config file): {missing}")
 
