@@ -23,10 +23,12 @@ def get_config(preset=None):
   config = base_config("inception_finetune")
   # TF-Slim's fine-tuning flags.
   config.checkpoint_path = ""  # a TF-Slim checkpoint (prefix or directory); "" = random initialization
+  # TF-Slim's flag: scopes not restored (the new head), comma-separated.
   config.checkpoint_exclude_scopes = "InceptionV4/Logits,InceptionV4/AuxLogits"
   config.trainable_scopes = "InceptionV4/Logits,InceptionV4/AuxLogits"  # phase 1; "" = everything
+  # TF-Slim's flag: variables missing from the checkpoint keep their init.
   config.ignore_missing_vars = False
-  config.label_smoothing = 0.0
+  config.label_smoothing = 0.0  # TF-Slim's flag: the one-hot labels smoothed by this much
 
   config.train.batch_size = 32
   config.train.num_steps = 6000  # both phases
@@ -52,14 +54,14 @@ def get_config(preset=None):
   # BatchNorm statistics over the global batch, not each replica's part (small per-replica batches).
   config.model.sync_batch_norm = False
   config.model.hidden_units = 512  # the new head: a ReLU layer, then dropout, then the logits
-  config.model.hidden_l2 = 1e-4
-  config.model.hidden_dropout_rate = 0.5
+  config.model.hidden_l2 = 1e-4  # L2 on the head's hidden kernel
+  config.model.hidden_dropout_rate = 0.5  # dropout after the head's hidden layer
   config.model.logits_stddev = 0.01  # truncated normal initialization of the new logits
 
   config.data = ml_collections.ConfigDict()
   config.data.source = "synthetic"  # synthetic | folder | csv | tfrecord
   config.data.num_classes = 120  # 0 = from the data (class folders, CSV names, labels file)
-  config.data.image_size = 299
+  config.data.image_size = 299  # the network's input, height and width
   config.data.central_fraction = 0.875  # evaluation crop
   config.data.augment = True  # False: training images get the evaluation preprocessing
   config.data.fast_mode = True  # TF-Slim's fast color distortion (brightness, saturation)
@@ -70,13 +72,13 @@ def get_config(preset=None):
   # Mixup and CutMix of each training batch with itself reversed, lambda ~ Beta(alpha, alpha);
   # 0 = off (timm's recipes: 0.8 and 1.0). Labels become soft, label_smoothing on top.
   config.data.mixup_alpha = 0.0
-  config.data.cutmix_alpha = 0.0
+  config.data.cutmix_alpha = 0.0  # CutMix: lambda ~ Beta(alpha, alpha); 0 = off
   config.data.mix_prob = 1.0  # probability that a batch is mixed at all
   config.data.mix_switch_prob = 0.5  # with both alphas on: probability of CutMix rather than mixup
-  config.data.eval_batch_size = 32
+  config.data.eval_batch_size = 32  # evaluation images per batch
   config.data.shuffle_buffer = 1000  # tfrecord source; file lists are shuffled whole
   config.data.eval_fraction = 0.1  # folder/csv without a separate eval set
-  config.data.skip_bad_files = False
+  config.data.skip_bad_files = False  # skip and count undecodable files instead of stopping
   # error | warn: an id of csv_path (or an id or name of labels_file) listed twice (warn keeps the
   # first), an image in both train_dir and eval_dir (warn keeps both); warn logs a line instead.
   config.data.duplicates = "error"
@@ -86,14 +88,14 @@ def get_config(preset=None):
   config.data.eval_dir = ""  # folder: optional, same class subfolders
   config.data.csv_path = ""  # csv: rows of id,label (the dog-breed labels.csv)
   config.data.images_dir = ""  # csv: images named <id><image_extension>
-  config.data.image_extension = ".jpg"
+  config.data.image_extension = ".jpg"  # csv source: the images' file extension
   config.data.train_pattern = ""  # tfrecord: TF-Slim's image/encoded, image/class/label
-  config.data.eval_pattern = ""
+  config.data.eval_pattern = ""  # tfrecord: the evaluation shards
   config.data.labels_file = ""  # TF-Slim's labels.txt (<id>:<name> lines)
   config.data.labels_offset = 0  # subtracted from TFRecord labels (1 for slim's ImageNet background)
   config.data.cache_dir = ""  # synthetic images are written here; "" = <workdir>/data
-  config.data.synthetic_images_per_class = 25
-  config.data.synthetic_image_size = 96
+  config.data.synthetic_images_per_class = 25  # synthetic source: images per class
+  config.data.synthetic_image_size = 96  # synthetic source: their size
 
   presets = {
       "default": {},

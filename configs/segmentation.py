@@ -29,10 +29,10 @@ def get_config(preset=None):
 
   config.data = ml_collections.ConfigDict()
   config.data.source = "synthetic"  # synthetic | folder | voc | tfrecord | npy
-  config.data.num_classes = 5
-  config.data.ignore_label = 255
+  config.data.num_classes = 5  # class ids 0..num_classes-1 (0 the background)
+  config.data.ignore_label = 255  # mask value left out of the loss and the metrics
   config.data.patch_size = 28  # training patches are patch_size x patch_size, cut from whole images
-  config.data.patches_per_image = 8
+  config.data.patches_per_image = 8  # training patches cut from each image per pass
   # Training augmentation (segmentation/augment.py), drawn from the seed and each image's place in
   # the stream, so that a resumed run draws the same; the defaults are off.
   config.data.augment = ml_collections.ConfigDict()
@@ -47,15 +47,15 @@ def get_config(preset=None):
   # contrast and saturation multiply by a factor in [1 - value, 1 + value]; hue turns by at most
   # this fraction of the colour wheel.
   config.data.augment.brightness = 0.0
-  config.data.augment.contrast = 0.0
-  config.data.augment.saturation = 0.0
-  config.data.augment.hue = 0.0
+  config.data.augment.contrast = 0.0  # a factor in [1 - contrast, 1 + contrast]; 0 = off
+  config.data.augment.saturation = 0.0  # a factor in [1 - saturation, 1 + saturation]; 0 = off
+  config.data.augment.hue = 0.0  # a turn of at most this fraction of the colour wheel; 0 = off
   config.data.normalization = "unit"  # see common/data/normalization.py
-  config.data.skip_bad_files = False
+  config.data.skip_bad_files = False  # skip and count undecodable files instead of stopping
   # error | warn: an image id listed twice in a split file (warn keeps the first) or in both split
   # files (warn keeps it in both); warn logs a line instead of stopping.
   config.data.duplicates = "error"
-  config.data.shuffle_buffer = 2048
+  config.data.shuffle_buffer = 2048  # training patches shuffled in a buffer of this many
   config.data.class_names = ()  # () = from the source (synthetic, VOC) or class_<id>
   config.data.eval_batch_size = 8  # when all eval images have one size; else 1
   # The pixels one call of the network sees in evaluation and predict: a whole image (a larger one
@@ -65,20 +65,20 @@ def get_config(preset=None):
   config.data.eval_fraction = 0.1  # held out when a source has no eval split of its own
   config.data.cache_dir = ""  # synthetic scenes are written here; "" = <workdir>/data
   config.data.image_size = 64  # synthetic scenes
-  config.data.num_train_images = 200
-  config.data.num_eval_images = 40
+  config.data.num_train_images = 200  # synthetic scenes for training
+  config.data.num_eval_images = 40  # synthetic scenes for evaluation
   config.data.images_dir = ""  # folder source
-  config.data.masks_dir = ""
+  config.data.masks_dir = ""  # folder source: PNG masks of class ids, named as the images
   # folder: files of image ids, one per line (both or neither); voc: split names ("" = train, val).
   config.data.train_split = ""
-  config.data.eval_split = ""
+  config.data.eval_split = ""  # the evaluation's split file (folder) or name (voc)
   config.data.voc_root = ""  # voc source: the VOC2012 folder
   config.data.train_pattern = ""  # tfrecord source
-  config.data.eval_pattern = ""
+  config.data.eval_pattern = ""  # tfrecord source: the evaluation shards
   config.data.train_images = ""  # npy source: [N, h, w, 3] and [N, h, w]
-  config.data.train_labels = ""
-  config.data.eval_images = ""
-  config.data.eval_labels = ""
+  config.data.train_labels = ""  # npy source: the training labels [N, h, w]
+  config.data.eval_images = ""  # npy source: the evaluation patches
+  config.data.eval_labels = ""  # npy source: the evaluation labels
   config.data.npy_pixel_max = 255.0  # float .npy pixels span [0, npy_pixel_max]
 
   # Evaluation and predict (segmentation/inference.py); the SavedModel stays a whole-image network, and
@@ -99,7 +99,7 @@ def get_config(preset=None):
 
   config.model = ml_collections.ConfigDict()
   config.model.widths = (16, 32, 64)  # one encoder level each; total stride 2**(levels-1)
-  config.model.weight_decay = 0.0
+  config.model.weight_decay = 0.0  # L2 on the kernels
   # Logits at 1/output_stride of the input resolution, upsampled bilinearly: objects many pixels
   # wide need no full-resolution layers (output_stride**2 times fewer pixels to compute).
   config.model.output_stride = 1
@@ -117,18 +117,19 @@ def get_config(preset=None):
   # Online hard-example mining: the cross-entropy of the hard pixels only, those whose probability of
   # their true class is below ohem_threshold, and never fewer than the ohem_min_kept hardest per patch.
   config.loss.ohem = False
+  # OHEM: pixels whose true-class probability is below this are hard.
   config.loss.ohem_threshold = 0.7
-  config.loss.ohem_min_kept = 100
+  config.loss.ohem_min_kept = 100  # OHEM: never fewer hard pixels than this per patch
   # Terms per class, where a class of few pixels counts as much as the background: soft Dice (1 - F1)
   # and Lovász-softmax (a convex surrogate of 1 - IoU, the mIoU's own term).
   config.loss.dice_weight = 0.0
-  config.loss.lovasz_weight = 0.0
+  config.loss.lovasz_weight = 0.0  # the Lovasz-softmax term's weight
 
   presets = {
       # The synthetic scenes' colours are random, so the network has to learn shapes and textures:
       # mIoU 0.936 after 800 steps (cross-entropy alone: 0.82 after 400, 0.89 after 600, 0.928 after
       # 800). A Dice term added 0.7-1.4 points here (seeds 0, 1) and 2.3-2.7 on the README's npy
-      # patches, which start from this preset, at no cost in time (README, Segmentation).
+      # patches, which start from this preset, at no cost in time (docs/benchmarks.md, Segmentation: losses).
       "default": {"train.num_steps": 800, "optimizer.decay_steps": 400, "loss.dice_weight": 1.0},
       "smoke": {
           "train.num_steps": 30, "train.batch_size": 16, "train.log_every": 10,
@@ -142,7 +143,7 @@ def get_config(preset=None):
       # Whole scenes whose objects are several times the 28 px patch (VOC-like photos): crops that
       # hold an object, logits at 1/4 resolution and four levels (total stride 32), whose receptive
       # field spans ~190 px. 1200 steps: at 600 the network still under-fitted the digit scenes (mIoU
-      # 0.78 there, 0.92 at 1200; README, Segmentation).
+      # 0.78 there, 0.92 at 1200; docs/benchmarks.md, Segmentation: the scenes preset).
       "scenes": {
           "data.patch_size": 128, "data.patches_per_image": 1, "data.normalization": "per_image_standardization",
           "train.batch_size": 16, "train.num_steps": 1200, "train.log_every": 50, "train.eval_every": 1200,

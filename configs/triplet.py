@@ -53,7 +53,7 @@ def get_config(preset=None):
   # Random horizontal flips in training: a mirrored face is the same person, mirrored writing is not.
   config.data.random_flip = True
   config.data.normalization = "symmetric"  # see common/data/normalization.py
-  config.data.eval_batch_size = 128
+  config.data.eval_batch_size = 128  # evaluation images per batch
   # folder source: one directory per identity.
   config.data.train_dir = ""
   config.data.eval_dir = ""  # held-out identities for recall@k; "" = none
@@ -61,17 +61,17 @@ def get_config(preset=None):
   config.data.pairs_dir = ""  # image root of pairs_file; "" = eval_dir
   # synthetic source: glyph identities written once as PNG folders.
   config.data.cache_dir = ""  # "" = <workdir>/data
-  config.data.num_train_identities = 200
-  config.data.num_eval_identities = 50
-  config.data.images_per_synthetic_identity = 8
-  config.data.num_pair_folds = 10
+  config.data.num_train_identities = 200  # synthetic identities for training
+  config.data.num_eval_identities = 50  # synthetic identities held out for evaluation
+  config.data.images_per_synthetic_identity = 8  # images each synthetic identity makes
+  config.data.num_pair_folds = 10  # cross-validation folds of the verification pairs (LFW: 10)
   config.data.pairs_per_fold = 30  # same pairs per fold, and as many different pairs
 
   config.model = ml_collections.ConfigDict()
-  config.model.embedding_size = 128
+  config.model.embedding_size = 128  # the embedding's dimension
   config.model.widths = (64, 128, 256, 256)  # stem, then one 1x1 + 3x3 stage each
-  config.model.weight_decay = 5e-4
-  config.model.bn_momentum = 0.99
+  config.model.weight_decay = 5e-4  # L2 on the kernels
+  config.model.bn_momentum = 0.99  # BatchNorm's moving-average momentum
   # BatchNorm statistics over the global batch, not each replica's part (small per-replica batches).
   config.model.sync_batch_norm = False
 
@@ -115,7 +115,7 @@ def get_config(preset=None):
   # Few identities (6-10, such as make_real_sets.py --train_identities=8): small's network with
   # Hermans et al.'s soft-margin batch-hard loss, a higher rate decaying on a cosine to 0, no flips
   # (mirrored writing is other writing) and an evaluation every 100 steps for the best weights;
-  # the README's results table has what each change gave on held-out identities.
+  # docs/benchmarks.md's table has what each change gave on held-out identities.
   presets["few"] = dict(
       presets["small"], **{
           "train.num_steps": 1000, "train.eval_every": 100, "train.checkpoint_every": 100,

@@ -83,13 +83,29 @@ def run_python(args, cwd=REPO_ROOT, timeout=900, env=None):
                         timeout=timeout, env=env)
 
 
+def _doc_files():
+  """The documentation's Markdown files, in reading order: README.md, each trainer's README.md
+  beside its code, docs/*.md."""
+  trainers = sorted(os.path.relpath(path, REPO_ROOT) for path in glob.glob(os.path.join(REPO_ROOT, "*", "README.md")))
+  docs = sorted(os.path.relpath(path, REPO_ROOT) for path in glob.glob(os.path.join(REPO_ROOT, "docs", "*.md")))
+  return ["README.md"] + trainers + docs
+
+
+DOC_FILES = _doc_files()
+
+
+def read_doc(path):
+  with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+    return f.read()
+
+
 def readme_command(start, paths=(), workdir=None):
-  """The arguments after `python` of README.md's one command line that starts with `start` (`\\`
-  continuations joined), each (README path, path) of `paths` swapped, --workdir=workdir last."""
-  with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
-    lines = re.sub(r"\\\n\s*", " ", f.read()).splitlines()
-  found = [line.strip() for line in lines if line.strip().startswith(start)]
-  assert len(found) == 1, f"README.md: {len(found)} command lines start with {start!r}"
+  """The arguments after `python` of the documentation's one command line that starts with `start`
+  (`\\` continuations joined; any of DOC_FILES), each (documented path, path) of `paths` swapped,
+  --workdir=workdir last."""
+  found = [line.strip() for doc in DOC_FILES for line in re.sub(r"\\\n\s*", " ", read_doc(doc)).splitlines()
+           if line.strip().startswith(start)]
+  assert len(found) == 1, f"{DOC_FILES}: {len(found)} command lines start with {start!r}"
   args = []
   for word in shlex.split(found[0])[1:]:
     for old, new in paths:

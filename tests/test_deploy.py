@@ -52,9 +52,9 @@ def card_pins(dockerfile):
 
 
 def readme_builds():
-  """{tag: the build's arguments} of the README's `docker build -f deploy/Dockerfile` lines."""
+  """{tag: the build's arguments} of the install page's `docker build -f deploy/Dockerfile` lines."""
   return {tag: args for args, tag in re.findall(
-      r"^docker build -f deploy/Dockerfile (.*?) ?-t (\S+) \.(?:\s+#.*)?$", read("README.md"), re.M)}
+      r"^docker build -f deploy/Dockerfile (.*?) ?-t (\S+) \.(?:\s+#.*)?$", read("docs", "install.md"), re.M)}
 
 
 def test_tfjob_manifest_runs_a_trainer_of_this_repository():
@@ -106,23 +106,23 @@ def test_the_dockerfile_installs_the_requirements_and_the_repository_and_the_tfj
   assert 'pip install --no-cache-dir "${tensorflow}" -r requirements.txt' in install_instruction(dockerfile)
   assert re.search(r"^ARG CARD=cpu$", dockerfile, re.M)  # the CPU build needs no build argument
 
-  # The README builds an image per GPU card; the TFJob runs the one of the card the project is
+  # The install page builds an image per GPU card; the TFJob runs the one of the card the project is
   # sized for, from the Dockerfile's WORKDIR.
   builds = readme_builds()
   assert sorted(builds.values()) == [f"--build-arg CARD={card}" for card in sorted(CARDS)], builds
   container, = manifests()[0]["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
   assert builds[container["image"]] == "--build-arg CARD=cc5"
   assert container["workingDir"] == re.search(r"^WORKDIR (\S+)$", dockerfile, re.M).group(1)
-  # The README pushes the image the TFJob runs.
-  assert re.search(rf"^docker push {re.escape(container['image'])}$", read("README.md"), re.M)
+  # The scaling page pushes the image the TFJob runs.
+  assert re.search(rf"^docker push {re.escape(container['image'])}$", read("docs", "scaling.md"), re.M)
 
 
 def test_each_card_gets_the_tensorflow_the_code_and_the_readme_recommend_for_it():
   pins = card_pins(read("deploy", "Dockerfile"))
   assert pins["cpu"] == "tensorflow"  # requirements.txt bounds its version
   bounds = SpecifierSet(re.search(r"^tensorflow([<>=!~][^\s#]*)", read("requirements.txt"), re.M).group(1))
-  readme = read("README.md")
-  hardware_section = readme[readme.index("\n## Hardware\n"):readme.index("\n## Benchmarks\n")]
+  readme = read("docs", "install.md")
+  hardware_section = read("docs", "hardware.md")
   for card, capability in CARDS.items():
     name, version = pins[card].split("==")
     assert name == "tensorflow[and-cuda]", card  # the CUDA and cuDNN libraries come with it
@@ -130,7 +130,7 @@ def test_each_card_gets_the_tensorflow_the_code_and_the_readme_recommend_for_it(
     # sm_50: a 5.x card's pod would train on its CPU).
     assert version == hardware.recommend_release(capability)[0], (card, version)
     assert version in bounds, (card, version, bounds)
-    assert f'"tensorflow[and-cuda]=={version}"' in readme, card  # the README's set-up pins
+    assert f'"tensorflow[and-cuda]=={version}"' in readme, card  # the install page's set-up pins
   assert pins["cc6"].endswith(f"=={hardware.RELEASE_KERNELS[0][0]}")  # the newest supported release
   assert f"tensorflow[and-cuda]=={pins['cc5'].split('==')[1]}" in hardware_section
 

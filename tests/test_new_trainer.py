@@ -282,6 +282,7 @@ def test_the_readme_template_route_in_a_fresh_copy_and_virtual_environment(tmp_p
                          cwd=tmp_path, capture_output=True, text=True, env=env, check=True).stdout.split()
   assert where == [str(project / name / "__init__.py") for name in (example, NEW, "common")]
   for start, workdir in ((f"python -m {example}.train", f"runs/{NEW}"),
+                         (f"python -m {example}.evaluate", f"runs/{NEW}"),
                          (f"python scripts/export.py --workdir=runs/{example}", f"runs/{NEW}"),
                          (f"python -m {example}.predict", None)):
     run_line(helpers.readme_command(start, paths=swap, workdir=workdir))  # as written (--workdir put back last)

@@ -1,4 +1,7 @@
-"""Every command README.md shows runs, in README order, in one scratch copy of the repository.
+"""Every command the documentation shows runs, in reading order, in one scratch copy of the repository.
+
+The documentation is helpers.DOC_FILES: README.md, each trainer's README.md beside its code, then
+docs/*.md, read in that order (so that a trainer's README trains the run its evaluate lines read).
 
 Commands are the lines of the ``` blocks and the inline `code` spans that start with a program
 (python, pip, tensorboard, a shell script...; `NAME=value` assignments before it are its
@@ -32,15 +35,16 @@ import pytest
 
 import helpers
 
-README = os.path.join(helpers.REPO_ROOT, "README.md")
 # A command: environment assignments, then a program the README tells the user to run.
 ASSIGNMENT = r"[A-Za-z_]\w*=(?:'[^']*'|\"[^\"]*\"|\S+)\s+"
-PROGRAMS = r"python3?|pip3?|tensorboard|bash|sh|kubectl|docker|git|curl|wget|nvidia-smi|cd|export"
+PROGRAMS = r"python3?|pip3?|tensorboard|mkdocs|bash|sh|kubectl|docker|podman|git|curl|wget|nvidia-smi|cd|export"
 COMMAND = re.compile(rf"(?:{ASSIGNMENT})*(?:{PROGRAMS}|\S+\.sh)(?:\s|$)")
 # Blocks that show no command, by the start of their first line.
 TEXT_BLOCKS = {
     "error: ": "the one-line error of a misspelt config key",
-    "common/ ": "the Layout section's tree of files",
+    "common/ ": "the architecture page's tree of files",
+    "config.": "the lines of a copied trainer's config file that segmentation's README edits "
+               "(tests/test_make_it_yours.py makes those edits and trains the copy)",
 }
 RUNNABLE_AS_WRITTEN = ("python",)
 TIMEOUT_S = 600
@@ -99,7 +103,9 @@ ADAPTATIONS = {
     "docker build": Skip("needs a container builder and the network (the base image, TensorFlow's "
                          "wheels); tests/test_deploy.py checks deploy/Dockerfile's pin per card and "
                          "that the TFJob names the cc5 tag"),
+    "podman build": Skip("needs a container builder and the network, as docker build"),
     "docker push": Skip("needs a registry"),
+    "mkdocs build": Skip(ELSEWHERE.format("tests/test_docs.py", "that it builds with --strict")),
     "python -m segmentation.train --config=configs/segmentation.py": Run(
         "the default preset trains 800 steps; the smoke preset runs the same code in seconds",
         preset="smoke"),
@@ -166,12 +172,9 @@ ADAPTATIONS = {
         "estimate shows the preset and the limit are taken", append=("--estimate_only",)),
     "python scripts/benchmark.py segmentation --preset smoke": Skip(ELSEWHERE.format(
         "tests/test_benchmark.py (in one interpreter, every variant)", "every column it prints")),
-    "python scripts/convert_to_tfrecord.py": Run(
-        "the README leaves the paths to the user (`...`): a small VOC folder the test writes",
-        replace=(("--voc_root=...", "--voc_root=VOCdevkit/VOC2012"),
-                 ("--output_prefix=...", "--output_prefix=tfrecords/train"))),
     "python scripts/new_trainer.py": NEW_TRAINER,
     "python -m buildings.train": NEW_TRAINER,
+    "python -m buildings.evaluate": NEW_TRAINER,
     "python scripts/export.py --workdir=runs/buildings": NEW_TRAINER,
     "python -m buildings.predict": NEW_TRAINER,
     "tensorboard --logdir runs": Skip(ELSEWHERE.format(
@@ -204,28 +207,30 @@ def split_commands(line):
   return commands
 
 
-def parse_readme(text):
-  """(the README's Commands in order and once each, the lines of code blocks that are not commands,
-  the TEXT_BLOCKS keys used)."""
-  found, strays, text_blocks, block = [], [], set(), None  # found: (in a block?, Command)
-  for line in text.splitlines():
-    if line.startswith("```") and block is None:
-      block = []
-    elif line.startswith("```"):
-      lines = [l.strip() for l in re.sub(r"\\\n\s*", " ", "\n".join(block)).splitlines() if l.strip()]
-      commands = [l for l in lines if COMMAND.match(l)]
-      text_key = next((key for key in TEXT_BLOCKS if lines and lines[0].startswith(key)), None)
-      if commands or text_key is None:
-        strays += [l for l in lines if l not in commands]
-        found += [(True, c) for l in commands for c in split_commands(l)]
+def parse_docs(docs):
+  """(the Commands of docs, [(path, text)], in order and once each, the lines of code blocks that
+  are not commands (each as `path: line`), the TEXT_BLOCKS keys used)."""
+  found, strays, text_blocks = [], [], set()  # found: (in a block?, Command)
+  for path, text in docs:
+    block = None
+    for line in text.splitlines():
+      if line.startswith("```") and block is None:
+        block = []
+      elif line.startswith("```"):
+        lines = [l.strip() for l in re.sub(r"\\\n\s*", " ", "\n".join(block)).splitlines() if l.strip()]
+        commands = [l for l in lines if COMMAND.match(l)]
+        text_key = next((key for key in TEXT_BLOCKS if lines and lines[0].startswith(key)), None)
+        if commands or text_key is None:
+          strays += [f"{path}: {l}" for l in lines if l not in commands]
+          found += [(True, c) for l in commands for c in split_commands(l)]
+        else:
+          text_blocks.add(text_key)
+        block = None
+      elif block is not None:
+        block.append(line)
       else:
-        text_blocks.add(text_key)
-      block = None
-    elif block is not None:
-      block.append(line)
-    else:
-      spans = [span for span in re.findall(r"`([^`]+)`", line) if COMMAND.match(span)]
-      found += [(False, c) for span in spans for c in split_commands(span)]
+        spans = [span for span in re.findall(r"`([^`]+)`", line) if COMMAND.match(span)]
+        found += [(False, c) for span in spans for c in split_commands(span)]
   in_blocks = [c.text for in_block, c in found if in_block]
   ordered = {}
   for in_block, command in found:
@@ -241,33 +246,32 @@ def adaptation_key(command):
   return max(keys, key=len, default=None)
 
 
-with open(README, encoding="utf-8") as _f:
-  COMMANDS, STRAYS, TEXT_BLOCKS_USED = parse_readme(_f.read())
+COMMANDS, STRAYS, TEXT_BLOCKS_USED = parse_docs([(doc, helpers.read_doc(doc)) for doc in helpers.DOC_FILES])
 
 
 def test_every_readme_command_is_runnable_as_written_or_in_the_table():
-  assert not STRAYS, ("README.md: lines of code blocks that are not commands this test knows (add "
+  assert not STRAYS, ("The docs' lines of code blocks that are not commands this test knows (add "
                       f"the program to PROGRAMS, or the block to TEXT_BLOCKS): {STRAYS}")
   untested = [c.text for c in COMMANDS if c.argv[0] not in RUNNABLE_AS_WRITTEN and adaptation_key(c) is None]
-  assert not untested, ("README.md commands the test cannot run as written; give each an entry in "
+  assert not untested, ("Documented commands the test cannot run as written; give each an entry in "
                         f"ADAPTATIONS saying how or why not: {untested}")
 
 
 def test_every_table_entry_is_used_by_the_readme():
   stale = sorted(set(ADAPTATIONS) - {adaptation_key(c) for c in COMMANDS})
   stale += sorted(set(TEXT_BLOCKS) - TEXT_BLOCKS_USED)
-  assert not stale, f"ADAPTATIONS or TEXT_BLOCKS entries that match nothing in README.md (stale): {stale}"
+  assert not stale, f"ADAPTATIONS or TEXT_BLOCKS entries that match nothing in the docs (stale): {stale}"
 
 
 def test_parse_joins_continuations_splits_chains_and_keeps_the_order():
-  commands, strays, text_blocks = parse_readme(
+  commands, strays, text_blocks = parse_docs([("README.md",
       "Run `python -m a.b` or `sh x.sh`\n"
       "```\npip install -r r.txt && python -m a.b --x=1 \\\n    --y='two words'   # comment\n```\n"
-      "then `V='a b' python c.py`, `--flag` and\n```\nerror: output\n```\n```\nnot a command\n```\n")
+      "then `V='a b' python c.py`, `--flag` and\n```\nerror: output\n```\n```\nnot a command\n```\n")])
   assert [c.text for c in commands] == [
       "sh x.sh", "pip install -r r.txt", "python -m a.b --x=1 --y=two words", "V=a b python c.py"]
   assert commands[2].argv[-1] == "--y=two words" and commands[3].env == ("V=a b",)
-  assert strays == ["not a command"] and text_blocks == {"error: "}
+  assert strays == ["README.md: not a command"] and text_blocks == {"error: "}
 
 
 def make_stand_ins(root, slim_checkpoint):
@@ -304,7 +308,7 @@ def write_photos(root, rng):
 
 
 class Workspace:
-  """A scratch folder with the repository's files linked in; runs README commands in order."""
+  """A scratch folder with the repository's files linked in; runs the documented commands in order."""
 
   def __init__(self, root, slim_checkpoint):
     self.root = root
@@ -330,7 +334,7 @@ class Workspace:
       return None
     argv = [self.adapt(self.to_tmp(word), adaptation) for word in command.argv] + list(adaptation.append)
     if argv[0] != "python":
-      return f"README command `{command.text}`: no way to run {argv[0]}; give it an entry in ADAPTATIONS"
+      return f"Documented command `{command.text}`: no way to run {argv[0]}; give it an entry in ADAPTATIONS"
     shown = "" if list(command.argv) == argv else f" (ran as `{shlex.join(argv)}`)"
     argv = [sys.executable] + argv[1:]
     # As a user runs it: TensorFlow's C++ start-up lines are the command's to hide, not the test's.
@@ -341,16 +345,16 @@ class Workspace:
       result = subprocess.run(argv, cwd=self.root, capture_output=True, text=True, timeout=TIMEOUT_S,
                               env=env)
     except subprocess.TimeoutExpired:
-      return (f"README command `{command.text}`{shown} did not end in {TIMEOUT_S} s: "
+      return (f"Documented command `{command.text}`{shown} did not end in {TIMEOUT_S} s: "
               "give it an adaptation in ADAPTATIONS (a smaller preset, fewer steps)")
     if result.returncode not in adaptation.exit_codes:
-      return (f"README command `{command.text}`{shown} exited {result.returncode}; stderr ends:\n"
+      return (f"Documented command `{command.text}`{shown} exited {result.returncode}; stderr ends:\n"
               f"{stderr_tail(result.stderr)}")
     noise = [line for line in result.stderr.splitlines() if STARTUP_NOISE.match(line)]
     if noise:
-      return f"README command `{command.text}` printed TensorFlow's start-up lines: {noise[:3]}"
+      return f"Documented command `{command.text}` printed TensorFlow's start-up lines: {noise[:3]}"
     if adaptation.prints not in result.stdout:
-      return f"README command `{command.text}` did not print {adaptation.prints!r}: {result.stdout[-2000:]}"
+      return f"Documented command `{command.text}` did not print {adaptation.prints!r}: {result.stdout[-2000:]}"
     return None
 
   def to_tmp(self, word):

@@ -1,4 +1,5 @@
-"""README.md's figures that code prints, against that code: the benchmark table's estimate MiB and
+"""The documentation's figures that code prints, against that code, wherever they appear (every
+table and quote of helpers.DOC_FILES that holds them, not only the first): the benchmark table's estimate MiB and
 GFLOP/step, the 4 GB table's estimates, and the last line of the triplet smoke command.
 
 The tables are parsed row by row and each figure recomputed in process with the functions
@@ -19,7 +20,6 @@ from scripts import benchmark
 from scripts import flops
 from scripts import memory_estimate
 
-README = os.path.join(helpers.REPO_ROOT, "README.md")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 # The triplet smoke run is not bitwise reproducible (config.deterministic is off): one of its 12
 # evaluation images is 0.083 of recall, one of its 16 pairs 0.0625 of verification accuracy.
@@ -32,23 +32,22 @@ GTX960M_OVERRIDES = {
 }
 
 
-def readme():
-  with open(README, encoding="utf-8") as f:
-    return f.read()
-
-
-def table(header_start):
-  """The rows of the README table whose header line starts with header_start, as dicts by title."""
-  lines = readme().splitlines()
-  starts = [i for i, line in enumerate(lines) if line.startswith(header_start)]
-  assert len(starts) == 1, f"README.md: {len(starts)} tables start with {header_start!r}"
-  titles = _cells(lines[starts[0]])
-  rows = []
-  for line in lines[starts[0] + 2:]:
-    if not line.startswith("|"):
-      break
-    rows.append(dict(zip(titles, _cells(line))))
-  return rows
+def tables(header_start):
+  """[(doc, rows)] of every documentation table whose header line starts with header_start, each
+  row a dict by title; at least one."""
+  found = []
+  for doc in helpers.DOC_FILES:
+    lines = helpers.read_doc(doc).splitlines()
+    for start in (i for i, line in enumerate(lines) if line.startswith(header_start)):
+      titles = _cells(lines[start])
+      rows = []
+      for line in lines[start + 2:]:
+        if not line.startswith("|"):
+          break
+        rows.append(dict(zip(titles, _cells(line))))
+      found.append((doc, rows))
+  assert found, f"{helpers.DOC_FILES}: no table starts with {header_start!r}"
+  return found
 
 
 def _cells(line):
@@ -60,7 +59,7 @@ def assert_shown(text, value, what):
   shown = NUMBER.search(text).group().replace(",", "")
   decimals = len(shown.partition(".")[2])
   assert abs(value - float(shown)) <= 0.5 * 10 ** -decimals + 1e-9, (
-      f"README.md {what}: shows {text!r}, the code gives {value:.4g}")
+      f"{what}: shows {text!r}, the code gives {value:.4g}")
 
 
 def phase_figures(trainer, preset, tmp_path, mixed=None, overrides=()):
@@ -88,51 +87,54 @@ def phase_figures(trainer, preset, tmp_path, mixed=None, overrides=()):
 @pytest.mark.parametrize("trainer", [
     "segmentation", "triplet", pytest.param("inception_v4", marks=pytest.mark.slow)])
 def test_benchmark_and_4gb_tables_match_the_code(trainer, tmp_path):
-  rows = [row for row in table("| trainer | variant | phase |") if row["trainer"] == trainer]
-  assert rows, f"README.md's benchmark table has no {trainer} row"
-  for mixed in (False, True):
-    _, _, figures = phase_figures(trainer, "smoke", tmp_path, mixed)
-    precision_rows = [row for row in rows if row["variant"].startswith("mixed") == mixed]
-    # A one-phase trainer's rows leave the phase empty; every phase of the code has its rows.
-    assert {row["phase"] or next(iter(figures)) for row in precision_rows} == set(figures)
-    for row in precision_rows:
-      estimate, gflop = figures[row["phase"] or next(iter(figures))]
-      what = f"benchmark table, {trainer} {row['variant']} {row['phase']}".rstrip()
-      assert_shown(row["estimate MiB"], estimate, what + ", estimate MiB")
-      assert_shown(row["GFLOP/step"], gflop, what + ", GFLOP/step")
+  figures_by_precision = {mixed: phase_figures(trainer, "smoke", tmp_path, mixed)[2] for mixed in (False, True)}
+  for doc, all_rows in tables("| trainer | variant | phase |"):
+    rows = [row for row in all_rows if row["trainer"] == trainer]
+    assert rows, f"{doc}'s benchmark table has no {trainer} row"
+    for mixed, figures in figures_by_precision.items():
+      precision_rows = [row for row in rows if row["variant"].startswith("mixed") == mixed]
+      # A one-phase trainer's rows leave the phase empty; every phase of the code has its rows.
+      assert {row["phase"] or next(iter(figures)) for row in precision_rows} == set(figures)
+      for row in precision_rows:
+        estimate, gflop = figures[row["phase"] or next(iter(figures))]
+        what = f"{doc} benchmark table, {trainer} {row['variant']} {row['phase']}".rstrip()
+        assert_shown(row["estimate MiB"], estimate, what + ", estimate MiB")
+        assert_shown(row["GFLOP/step"], gflop, what + ", GFLOP/step")
 
   config, shape, figures = phase_figures(trainer, "gtx960m", tmp_path,
                                          overrides=GTX960M_OVERRIDES.get(trainer, ()))
-  rows = {}
-  for row in table("| preset | batch | estimate |"):
-    found = re.fullmatch(r"(\w+) gtx960m(?:, phase (\w+).*)?", row["preset"])
-    if found.group(1) == trainer:
-      rows[found.group(2) or next(iter(figures))] = row
-  assert set(rows) == set(figures), f"README.md's 4 GB table: {trainer} phases {sorted(rows)}"
   budget_mib = benchmark.BUDGET_MB
-  for phase, row in rows.items():
-    what = f"4 GB table, {row['preset']}"
-    assert_shown(row["batch"], config.train.batch_size, what + ", batch")
-    if config.train.accumulate_steps > 1:
-      micro = f"{config.train.accumulate_steps} x {config.train.batch_size // config.train.accumulate_steps}"
-      assert micro in row["batch"], f"README.md {what}: the batch is computed as {micro}"
-    assert f"{shape[0]}x{shape[1]}" in row["batch"], f"README.md {what}: the input is {shape}"
-    estimate, _ = figures[phase]
-    assert_shown(row["estimate"], estimate, what + ", estimate")
-    assert_shown(row[f"of {budget_mib} MiB"], 100 * estimate / budget_mib, what + ", share")
+  for doc, all_rows in tables("| preset | batch | estimate |"):
+    rows = {}
+    for row in all_rows:
+      found = re.fullmatch(r"(\w+) gtx960m(?:, phase (\w+).*)?", row["preset"])
+      if found.group(1) == trainer:
+        rows[found.group(2) or next(iter(figures))] = row
+    assert set(rows) == set(figures), f"{doc}'s 4 GB table: {trainer} phases {sorted(rows)}"
+    for phase, row in rows.items():
+      what = f"{doc} 4 GB table, {row['preset']}"
+      assert_shown(row["batch"], config.train.batch_size, what + ", batch")
+      if config.train.accumulate_steps > 1:
+        micro = f"{config.train.accumulate_steps} x {config.train.batch_size // config.train.accumulate_steps}"
+        assert micro in row["batch"], f"{what}: the batch is computed as {micro}"
+      assert f"{shape[0]}x{shape[1]}" in row["batch"], f"{what}: the input is {shape}"
+      estimate, _ = figures[phase]
+      assert_shown(row["estimate"], estimate, what + ", estimate")
+      assert_shown(row[f"of {budget_mib} MiB"], 100 * estimate / budget_mib, what + ", share")
 
 
 def test_triplet_smoke_line_matches_a_smoke_run(triplet_smoke_run):
-  """The README quotes the last figures line of its triplet smoke command; the same config run
+  """The docs quote the last figures line of the triplet smoke command; the same config run
   (train_and_evaluate, the session's run in tests/conftest.py) prints a line of the same words
-  whose figures are within SMOKE_TOLERANCE."""
-  quoted = re.search(r"`(recall_at_1 [^`]*)`", readme())
-  assert quoted, "README.md quotes no `recall_at_1 ...` line of the triplet smoke run"
-  quoted = " ".join(quoted.group(1).split())
+  whose figures are within SMOKE_TOLERANCE, in every quote."""
+  quotes = [(doc, " ".join(quote.split())) for doc in helpers.DOC_FILES
+            for quote in re.findall(r"`(recall_at_1 [^`]*)`", helpers.read_doc(doc))]
+  assert quotes, "the docs quote no `recall_at_1 ...` line of the triplet smoke run"
   printed = [line for line in triplet_smoke_run.printed.splitlines() if line.startswith("recall_at_1 ")]
   assert len(printed) == 1, printed
-  assert NUMBER.sub("N", quoted) == NUMBER.sub("N", printed[0]), (
-      f"README.md quotes {quoted!r}, the smoke run prints {printed[0]!r}")
-  for shown, value in zip(NUMBER.findall(quoted), NUMBER.findall(printed[0])):
-    assert abs(float(shown) - float(value)) <= SMOKE_TOLERANCE, (
-        f"README.md quotes {shown} where the smoke run prints {value}: {printed[0]!r}")
+  for doc, quoted in quotes:
+    assert NUMBER.sub("N", quoted) == NUMBER.sub("N", printed[0]), (
+        f"{doc} quotes {quoted!r}, the smoke run prints {printed[0]!r}")
+    for shown, value in zip(NUMBER.findall(quoted), NUMBER.findall(printed[0])):
+      assert abs(float(shown) - float(value)) <= SMOKE_TOLERANCE, (
+          f"{doc} quotes {shown} where the smoke run prints {value}: {printed[0]!r}")

@@ -24,13 +24,14 @@ def base_config(trainer=""):
   # The run's config.json names its trainer by it, so that what reads the run (evaluate, predict,
   # scripts/export.py) runs that trainer's code, never a look-alike's; set by the config file alone.
   config.trainer = trainer
-  config.seed = 0
+  config.seed = 0  # weights, data order, synthetic sets and augmentation draws
   # Op determinism: two runs, or a run and its resumed twin, give the same weights.
   config.deterministic = False
+  # Keras' mixed_float16 policy: float16 compute, float32 variables and loss.
   config.mixed_precision = False
 
   config.train = ml_collections.ConfigDict()
-  config.train.batch_size = 32
+  config.train.batch_size = 32  # the global batch (split over workers and replicas)
   # Gradient accumulation: each step's batch is cut into this many micro-batches, whose averaged
   # gradients make its one update: a batch of train.batch_size within the memory of a micro-batch.
   config.train.accumulate_steps = 1
@@ -41,11 +42,11 @@ def base_config(trainer=""):
   # (tensorboard-plugin-profile, requirements-profile.txt); () = off. Start after the first call,
   # which traces.
   config.train.profile_steps = ()
-  config.train.num_steps = 1000
-  config.train.log_every = 50
-  config.train.eval_every = 500
-  config.train.checkpoint_every = 500
-  config.train.keep_checkpoints = 3
+  config.train.num_steps = 1000  # training steps of the run (over all phases)
+  config.train.log_every = 50  # a progress line every this many steps
+  config.train.eval_every = 500  # an evaluation every this many steps (and at the end)
+  config.train.checkpoint_every = 500  # a checkpoint every this many steps (and at the end)
+  config.train.keep_checkpoints = 3  # the newest this many checkpoints are kept
   # Loss-scale reductions can skip ~15 steps in a row at the start of mixed
   # precision; more than this many non-finite steps in a row is a real failure.
   config.train.max_consecutive_nonfinite = 25
@@ -57,7 +58,7 @@ def base_config(trainer=""):
   # run from its last checkpoint; "auto" exits with several workers (the others would wait in a
   # collective for ever) and warns alone.
   config.train.on_stall = "auto"
-  config.train.jit_compile = False
+  config.train.jit_compile = False  # XLA-compile each replica's forward and backward pass
   # Training steps per compiled call (Keras' steps_per_execution): metrics are read once per call,
   # and a call also ends at the next log line, summary, checkpoint, evaluation or phase end.
   # Signals are honoured between calls, so keep a call well under a second on the device.
@@ -86,31 +87,34 @@ def base_config(trainer=""):
   config.optimizer.boundaries = ()  # piecewise: the steps where the rate is multiplied by decay_rate
   config.optimizer.final_fraction = 0.0  # cosine, polynomial: the last step's rate / learning_rate
   config.optimizer.power = 1.0  # polynomial (1 = linear)
+  # Adam's beta_1, beta_2, epsilon (Keras' defaults).
   config.optimizer.adam = ml_collections.ConfigDict({"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7})
   # adamw: adam's settings, and decoupled weight decay (of kernels, not biases or BatchNorm).
   config.optimizer.adamw = ml_collections.ConfigDict({"weight_decay": 0.01})
+  # SGD's momentum, and Nesterov's update or not.
   config.optimizer.sgd = ml_collections.ConfigDict({"momentum": 0.9, "nesterov": False})
   # TF-Slim's train_image_classifier.py settings (its Inception recipe's optimizer). Keras starts
   # the mean square at 0 where TF-Slim started it at 1; epsilon 1.0 keeps the first steps small.
   config.optimizer.rmsprop = ml_collections.ConfigDict({"rho": 0.9, "momentum": 0.9, "epsilon": 1.0})
   config.optimizer.clipnorm = 1.0  # clip by global norm; 0 turns clipping off
-  config.optimizer.allow_extreme_learning_rate = False
+  config.optimizer.allow_extreme_learning_rate = False  # allow a learning rate outside [1e-8, 1]
 
   config.summaries = ml_collections.ConfigDict()
-  config.summaries.scalars_every = 50
+  config.summaries.scalars_every = 50  # training scalars every this many steps
+  # Training images every this many steps (and at each evaluation).
   config.summaries.images_every = 500
-  config.summaries.max_outputs = 3
+  config.summaries.max_outputs = 3  # images per image summary
   config.summaries.histograms = False  # kernel histograms, opt-in
-  config.summaries.histograms_every = 500
-  config.summaries.bias_histograms = False
-  config.summaries.activation_histograms = False
+  config.summaries.histograms_every = 500  # with histograms: every this many steps
+  config.summaries.bias_histograms = False  # bias histograms, opt-in
+  config.summaries.activation_histograms = False  # activation histograms, opt-in
   config.summaries.activation_stats = False  # per-layer activation mean/variance scalars
   # One summary larger than this is refused with a warning.
   config.summaries.max_summary_bytes = 1 << 20
 
   config.hardware = ml_collections.ConfigDict()
   config.hardware.memory_limit_mb = 0  # >0 emulates a smaller GPU, e.g. 4096 for a GTX 960M
-  config.hardware.memory_growth = True
+  config.hardware.memory_growth = True  # GPU memory allocated as needed, not all at start
 
   # tf.distribute. train.batch_size is the global batch: split over the workers, then over each
   # worker's replicas (logged at start and kept in metrics.json under "distribution").
