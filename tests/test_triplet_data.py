@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
-from common.data import lfw_pairs
+from triplet import lfw_pairs
 from configs import triplet as triplet_config
 from triplet import data
 from triplet import synthetic as synthetic_lib

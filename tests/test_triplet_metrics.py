@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from common.data import lfw_pairs
+from triplet import lfw_pairs
 from triplet import data
 from triplet import metrics
 

@@ -2,7 +2,7 @@
 
 Sources: a folder per identity (LFW's layout), built-in synthetic identities
 (triplet/synthetic.py) written once as such a folder, and LFW's pairs.txt for
-verification (read by common/data/lfw_pairs). The config's data section is read
+verification (read by triplet/lfw_pairs.py). The config's data section is read
 once, by read_settings, into the frozen DataSettings that the functions here take.
 Training batches hold P identities with K images each, sampled entirely
 inside tf.data with stateless seeds, so the iterator can be checkpointed and a
@@ -23,7 +23,7 @@ from common.contract import checks
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import image_checks
-from common.data import lfw_pairs
+from triplet import lfw_pairs
 from common.data import listing
 from common.data import normalization
 from common.data import sources
