@@ -1,6 +1,6 @@
 """Classification inputs: synthetic classes, class folders, an id,label CSV and TF-Slim TFRecords.
 
-Every source becomes the same two pipelines:
+Every source (sources.py) becomes the same two pipelines (input_pipeline.py):
   train: endless, shuffled with the seed, optionally oversampling rare classes,
     Inception training distortions seeded per element, then RandAugment, mixup and CutMix
     (augment.py) seeded per batch; yields (float32 images [B, S, S, 3] in [-1, 1], int32 class
@@ -18,9 +18,9 @@ the data report. Class ids map to names through a labels file in TF-Slim's
 format (`<id>:<name>` per line), written to the workdir with config.json.
 
 This module is the one reader of the config's data section: read_settings reads it once into the
-frozen DataSettings, every value checked before any file is listed, which the functions here and
-in class_sources.py (the sources: class folders, CSV, TFRecords) take instead of the config; they
-hand plain values to the readers and checks of common/data (labels: common/data/class_labels).
+frozen DataSettings, every value checked before any file is listed, which the functions here,
+in sources.py and in input_pipeline.py take instead of the config; they hand plain values to the
+readers and checks of common/data (labels: common/data/class_labels).
 """
 import dataclasses
 import os
@@ -36,13 +36,10 @@ from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import class_labels
 from common.data import image_checks
-from common.data import pipeline
-from common.data import sources
 from common.data import text_inputs
-from common.data.normalization import unit_to_symmetric
 from inception_finetune import augment
-from inception_finetune import class_sources
-from inception_finetune import preprocessing
+from inception_finetune import input_pipeline
+from inception_finetune import sources as sources_lib
 
 SOURCES = ("synthetic", "folder", "csv", "tfrecord")
 LABELS_FILENAME = "labels.txt"
@@ -196,27 +193,27 @@ def make_datasets(settings, batch_size, seed, workdir=None, for_training=True):
     _refuse_num_classes(settings)
   if not for_training:
     return _evaluation_data(settings, seed, workdir)
-  class_names, train_source, eval_source = _make_sources(settings, seed, workdir)
+  class_names, train_source, eval_source = sources_lib.make_sources(settings, seed, workdir)
   num_classes = len(class_names)
   report = class_labels.class_balance_report(train_source.counts, class_names, settings.min_class_count)
   for line in report.splitlines():
     logging.info("%s", line)
-  train = _make_train(train_source, settings, batch_size, seed, num_classes)
+  train = input_pipeline.make_train(train_source, settings, batch_size, seed, num_classes)
   if settings.oversample_to:
     logging.info("oversampling: classes drawn as though each had at least %d images",
                  settings.oversample_to)
   logging.info("classification data: %s, %d train and %d eval images, %d classes", settings.source,
                train_source.counts.sum(), eval_source.counts.sum(), num_classes)
   report = image_checks.skip_report({"train": train_source.skipped, "eval": eval_source.skipped})
-  return ClassificationData(train=train, eval=_make_eval(eval_source, settings, False),
-                            raw_eval=_make_eval(eval_source, settings, True), num_classes=num_classes,
+  return ClassificationData(train=train, eval=input_pipeline.make_eval(eval_source, settings, False),
+                            raw_eval=input_pipeline.make_eval(eval_source, settings, True), num_classes=num_classes,
                             class_names=tuple(class_names), train_counts=train_source.counts,
                             num_eval=int(eval_source.counts.sum()), data_report=report,
                             train_files=train_source.files,
                             run_files={LABELS_FILENAME: class_labels.labels_file_text(class_names),
                                        CLASS_BALANCE_FILENAME: class_labels.class_balance_csv(
                                            train_source.counts, class_names, settings.min_class_count)},
-                            new_train=lambda: _make_train(train_source, settings, batch_size, seed,
+                            new_train=lambda: input_pipeline.make_train(train_source, settings, batch_size, seed,
                                                           num_classes))
 
 
@@ -225,7 +222,7 @@ def _evaluation_data(settings, seed, workdir):
   and training counts are the run's (its labels.txt and class_balance.csv); with class folders and
   data.eval_dir, data.train_dir is not read."""
   run_names, run_counts = read_run_classes(workdir)
-  class_names, _, eval_source = _make_sources(settings, seed, workdir, for_training=False,
+  class_names, _, eval_source = sources_lib.make_sources(settings, seed, workdir, for_training=False,
                                               run_names=run_names)
   if run_names is not None and list(class_names) != list(run_names):
     raise DataError(f"the data's {len(class_names)} classes ({', '.join(class_names[:3])}, ...) are not "
@@ -235,8 +232,8 @@ def _evaluation_data(settings, seed, workdir):
                     f"data has {len(class_names)}; it is another run's, or the data changed")
   logging.info("classification data: %s, %d eval images, %d classes", settings.source,
                eval_source.counts.sum(), len(class_names))
-  return ClassificationData(train=None, eval=_make_eval(eval_source, settings, False),
-                            raw_eval=_make_eval(eval_source, settings, True), num_classes=len(class_names),
+  return ClassificationData(train=None, eval=input_pipeline.make_eval(eval_source, settings, False),
+                            raw_eval=input_pipeline.make_eval(eval_source, settings, True), num_classes=len(class_names),
                             class_names=tuple(class_names), train_counts=run_counts,
                             num_eval=int(eval_source.counts.sum()), new_train=None,
                             data_report=image_checks.skip_report({"eval": eval_source.skipped}))
@@ -258,75 +255,3 @@ def read_run_classes(workdir):
   if names is not None and counts is not None and len(counts) != len(names):
     raise DataError(f"{balance}: {len(counts)} classes, but {labels} names {len(names)}; {fix}")
   return names, counts
-
-
-def _make_sources(settings, seed, workdir, for_training=True, run_names=None):
-  """(class names, train source, eval source) of the configured kind; for an evaluation
-  (for_training=False) the train source is None, and run_names are the run's class names or None."""
-  if settings.source == "tfrecord":
-    return class_sources.tfrecord_sources(settings, for_training)
-  if settings.source == "csv":
-    return class_sources.csv_sources(settings, for_training)
-  if settings.source == "synthetic":
-    train_dir, eval_dir = preprocessing.write_synthetic_classes(
-        sources.synthetic_cache_dir(settings.cache_dir, workdir), seed, settings.num_classes,
-        settings.synthetic_images_per_class, settings.synthetic_image_size)
-    return class_sources.folder_sources(train_dir, eval_dir, settings, for_training)
-  if settings.eval_dir and run_names is not None:  # an evaluation: the class folders are the run's
-    return class_sources.eval_folder_source(settings.eval_dir, run_names, settings.skip_bad_files)
-  train_dir = sources.required(settings.train_dir, "train_dir", settings.source)
-  return class_sources.folder_sources(train_dir, settings.eval_dir, settings, for_training)
-
-
-# The pipelines every source shares.
-
-
-def _make_train(source, settings, batch_size, seed, num_classes):
-  size = settings.image_size
-  records = source.read(seed).enumerate()
-  if settings.oversample_to:
-    records = pipeline.oversample(records, source.counts, settings.oversample_to, seed)
-  mixing = augment.Mixing(settings.mixup_alpha, settings.cutmix_alpha, settings.mix_prob,
-                          settings.mix_switch_prob)
-  augments_batches = mixing.on or settings.randaugment_ops > 0
-
-  def preprocess(index, example):
-    contents, label = example
-    image = image_checks.decode_image(contents)
-    element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    if settings.augment:
-      image = preprocessing.preprocess_for_train(image, size, size, element_seed,
-                                                 fast_mode=settings.fast_mode)
-    else:
-      image = preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction)
-    # A batch's draws are seeded by its first image's place in the stream.
-    return (image, label, index) if augments_batches else (image, label)
-
-  def augment_batch(images, labels, indices):
-    batch_seed = tf.stack([tf.cast(seed, tf.int64), indices[0]])
-    if settings.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
-      images = unit_to_symmetric(augment.rand_augment(
-          (images + 1.0) / 2.0, settings.randaugment_ops, settings.randaugment_magnitude, batch_seed))
-    if mixing.on:
-      return augment.mix_batch(images, labels, num_classes, mixing, batch_seed)
-    return images, labels
-
-  batches = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-  batches = batches.batch(batch_size, drop_remainder=True)
-  if augments_batches:
-    batches = batches.map(augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
-  return batches.prefetch(tf.data.AUTOTUNE)
-
-
-def _make_eval(source, settings, uint8_images):
-  size = settings.image_size
-
-  def preprocess(contents, label):
-    image = image_checks.decode_image(contents)
-    if uint8_images:
-      return image, label
-    return preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction), label
-
-  images = source.read(None).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-  batch_size = 1 if uint8_images else settings.eval_batch_size  # uint8 images differ in size
-  return images.batch(batch_size).prefetch(tf.data.AUTOTUNE)

@@ -37,10 +37,10 @@ from common.app import cli
 from common.contract.errors import first_line
 from common.contract.errors import UserError
 from common.contract.errors import WorkdirError
-from segmentation import class_masks
 from common.data import tfrecords
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
+from segmentation import class_masks
 from segmentation import sources as seg_sources
 
 _VOC_ROOT = flags.DEFINE_string("voc_root", None, "A Pascal VOC 2012 folder (JPEGImages/, SegmentationClass/, ...).")

@@ -1,8 +1,8 @@
 """Segmentation inputs: synthetic scenes, image/mask folders, Pascal VOC, TFRecords and .npy patches.
 
-Every source becomes the same two pipelines (segmentation/input_pipeline.py): endless random patches
-to train on, whole images in order to evaluate. Images stay uint8: the model normalizes them in its
-first layer, so that the exported SavedModel takes uint8 images too.
+Every source (sources.py) becomes the same two pipelines (input_pipeline.py): endless random patches to
+train on, whole images in order to evaluate. Images stay uint8: the model normalizes them in its first
+layer, so that the exported SavedModel takes uint8 images too.
 
 Files are checked up front (every image and mask, or every TFRecord, decoded
 with TensorFlow's decoders in a thread pool, masks also read with PIL for their
@@ -12,8 +12,8 @@ only, so no array becomes a graph constant and the train iterator can be
 checkpointed.
 
 read_settings is the one reader of the config's data section: it reads every key once into a frozen
-DataSettings and checks every value, before any file is listed. The rest of the module takes the
-settings and hands plain values to the readers and checks of common/data.
+DataSettings and checks every value, before any file is listed; make_datasets, sources.py and
+input_pipeline.py take the settings and hand plain values to the readers and checks of common/data.
 """
 import dataclasses
 import os

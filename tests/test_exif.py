@@ -8,8 +8,8 @@ from PIL import Image
 import pytest
 
 from common.app import cli
-from segmentation import class_masks
 from common.data import image_checks
+from segmentation import class_masks
 from helpers import make_config
 from segmentation import sources as seg_sources
 from segmentation import train

@@ -19,7 +19,7 @@ from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from configs import inception_v4 as config_lib
 from inception_finetune import data as data_lib
-from inception_finetune import preprocessing
+from inception_finetune import synthetic
 
 SIZE = 16  # small model inputs: the pipelines do not care
 
@@ -242,8 +242,8 @@ def test_oversampling_draws_rare_classes_as_often_as_asked(tmp_path):
 
 
 def test_synthetic_classes_are_deterministic_and_distinct(tmp_path):
-  first = preprocessing.write_synthetic_classes(str(tmp_path / "a"), 3, 4, 5, 32)
-  preprocessing.write_synthetic_classes(str(tmp_path / "b"), 3, 4, 5, 32)
+  first = synthetic.write_synthetic_classes(str(tmp_path / "a"), 3, 4, 5, 32)
+  synthetic.write_synthetic_classes(str(tmp_path / "b"), 3, 4, 5, 32)
   for split in (0, 1):
     names = sorted(os.listdir(first[split]))
     assert names == [f"class_{i:03d}" for i in range(4)]
@@ -253,7 +253,7 @@ def test_synthetic_classes_are_deterministic_and_distinct(tmp_path):
         b = (tmp_path / "b").glob(f"*/*/{name}/{image}")
         assert next(a).read_bytes() == next(b).read_bytes()
   rng = np.random.default_rng(0)
-  means = [preprocessing.draw_synthetic_image(c, 4, 32, rng).reshape(-1, 3).mean(axis=0) for c in range(4)]
+  means = [synthetic.draw_synthetic_image(c, 4, 32, rng).reshape(-1, 3).mean(axis=0) for c in range(4)]
   assert min(np.abs(a - b).max() for i, a in enumerate(means) for b in means[i + 1:]) > 30
 
 

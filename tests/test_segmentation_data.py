@@ -12,13 +12,13 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from segmentation import class_masks
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from common.data import listing
 from common.data import pipeline
 from common.data import sources
 from common.data import tfrecords
-from common.contract.errors import ConfigError
-from common.contract.errors import DataError
+from segmentation import class_masks
 import helpers
 from scripts import convert_to_tfrecord
 from segmentation import data as seg_data

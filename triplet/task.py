@@ -25,9 +25,11 @@ from common.nn import optimizers
 from common.training import plots
 from common.training import summaries
 from triplet import data as data_lib
+from triplet import input_pipeline
 from triplet import losses
 from triplet import metrics
 from triplet import model as model_lib
+from triplet import sources as sources_lib
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "triplet"
@@ -169,7 +171,7 @@ def make_classifier_accuracy_fn(classifier, identities, settings):
   k = settings.images_per_identity
   paths = [path for identity in identities for path in identity.paths[:k]]
   labels = np.repeat(np.arange(len(identities)), [len(i.paths[:k]) for i in identities])
-  dataset = data_lib.make_eval_dataset(paths, settings.load_size, settings.crop_size,
+  dataset = input_pipeline.make_eval_dataset(paths, settings.load_size, settings.crop_size,
                                        settings.normalization, settings.eval_batch_size)
   predict = tf.function(lambda images: classifier(images, training=False)[model_lib.LOGITS],
                         reduce_retracing=True)
@@ -193,7 +195,7 @@ def export_model(model, path, settings, threshold=None):
 
   def serve(images):
     images = tf.image.resize(images, [settings.load_size, settings.load_size])
-    images = data_lib.preprocess_for_eval(images, settings.crop_size, normalizer)
+    images = input_pipeline.preprocess_for_eval(images, settings.crop_size, normalizer)
     return {"embeddings": embedding_model(images, training=False)}
 
   return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES], NAME,
@@ -244,7 +246,7 @@ def projector_points(paths, load_size, batch_size):
   def embeddings_of(embeddings):
     def points():
       if not thumbnails:
-        dataset = data_lib.make_uint8_dataset(paths, min(load_size, summaries.THUMBNAIL_SIZE), batch_size)
+        dataset = input_pipeline.make_uint8_dataset(paths, min(load_size, summaries.THUMBNAIL_SIZE), batch_size)
         thumbnails.append(np.concatenate(list(dataset.as_numpy_iterator())))
       return np.stack([embeddings[path] for path in paths]).astype(np.float32), metadata, thumbnails[0]
     return points
@@ -271,16 +273,16 @@ def make_task(config, workdir, for_training=True):
   if not for_training and settings.source == "folder" and not (settings.eval_dir or settings.pairs_file):
     raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
   softmax = config.loss.name == SOFTMAX
-  identities = (data_lib.load_train_identities(settings, config.seed, workdir) if for_training or softmax
+  identities = (sources_lib.load_train_identities(settings, config.seed, workdir) if for_training or softmax
                 else None)
-  eval_data = data_lib.load_eval_data(settings, config.seed, workdir)
+  eval_data = sources_lib.load_eval_data(settings, config.seed, workdir)
   if for_training:
     fall_back_best_metric(config, eval_data)
   # The ROC's false accept rates can reach 1e-3 only with 1000 different pairs or more.
   different_pairs = sum(not pair.is_same for pair in eval_data.pairs)
   far_mark = metrics.TARGET_FAR if different_pairs * metrics.TARGET_FAR >= 1 else None
   eval_paths = metrics.images_to_embed(eval_data)
-  eval_dataset = data_lib.make_eval_dataset(eval_paths, settings.load_size, settings.crop_size,
+  eval_dataset = input_pipeline.make_eval_dataset(eval_paths, settings.load_size, settings.crop_size,
                                             settings.normalization, settings.eval_batch_size)
   # Said once here rather than at every evaluation; metrics.json keeps it in its data report.
   val_note = metrics.val_at_far_note(eval_data)
@@ -292,7 +294,7 @@ def make_task(config, workdir, for_training=True):
 
   def evaluate(predict, from_saved_model):
     """Retrieval on the held-out identities and verification of the pairs; the report is the ROC."""
-    dataset = (data_lib.make_uint8_dataset(eval_paths, settings.load_size, settings.eval_batch_size)
+    dataset = (input_pipeline.make_uint8_dataset(eval_paths, settings.load_size, settings.eval_batch_size)
                if from_saved_model else eval_dataset)
     results, roc, embeddings = metrics.evaluate(predict, dataset, eval_paths, eval_data)
     shown = shown_of(embeddings) if shown_of else None
@@ -335,7 +337,7 @@ def make_task(config, workdir, for_training=True):
                          data_report={metrics.VAL_AT_FAR: val_note} if val_note else {})
   return task_lib.Task(
       name=NAME,
-      train_dataset=data_lib.make_train_dataset(
+      train_dataset=input_pipeline.make_train_dataset(
           identities, settings.identities_per_batch, settings.images_per_identity, settings.load_size,
           settings.crop_size, settings.normalization, config.seed, settings.random_flip),
       eval_dataset=eval_dataset,
@@ -357,7 +359,7 @@ def make_task(config, workdir, for_training=True):
       make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, settings))
       if softmax else None,
       input_fingerprint=input_fingerprint(settings, identities),
-      data_report=dict(data_lib.data_report(identities, eval_data),
+      data_report=dict(sources_lib.data_report(identities, eval_data),
                        **({metrics.VAL_AT_FAR: val_note} if val_note else {})),
       headline_metrics=("recall_at_1", "verification_accuracy", "train_accuracy"))
 
