@@ -11,8 +11,9 @@ counted in the data report with data.skip_bad_files. Pipelines read from files
 only, so no array becomes a graph constant and the train iterator can be
 checkpointed.
 
-read_settings is the one reader of the config's data section: it reads every key once into a frozen
-DataSettings and checks every value, before any file is listed; make_datasets, sources.py and
+read_settings reads the config's data section once, through common/contract/settings.read, into a
+frozen DataSettings of groups (SourceSettings, TrainSettings, EvalSettings), each checking its own
+values, before any file is listed; make_datasets, sources.py and
 input_pipeline.py take the settings and hand plain values to the readers and checks of common/data.
 """
 import dataclasses
@@ -23,6 +24,7 @@ import tensorflow as tf
 
 from common.contract import bounds
 from common.contract import checks
+from common.contract import settings as settings_lib
 from common.contract.errors import ConfigError
 from common.data import class_labels
 from common.data import image_checks
@@ -41,49 +43,18 @@ VOC_CLASS_NAMES = (
     "tvmonitor")
 # Optional, in a VOC root: one class name per line, class 0 first (VOC's own 21 names are known).
 VOC_CLASS_NAMES_FILE = "class_names.txt"
-# data.augment.scale_range's bound: at 4 an image has 16 times its pixels to resize before the crop.
-MAX_SCALE = 4.0
-AUGMENT_CHECKS = {
-    "data.augment.scale_range": checks.Check(
-        lambda v: (isinstance(v, (tuple, list)) and len(v) == 2 and all(checks.POSITIVE.ok(x) for x in v)
-                   and v[0] <= v[1] <= MAX_SCALE), f"(low, high) with 0 < low <= high <= {MAX_SCALE:g}"),
-    "data.augment.crop_padding": checks.NON_NEGATIVE_INT,
-    "data.augment.flip": checks.BOOL,
-    "data.augment.brightness": checks.FRACTION,
-    "data.augment.contrast": checks.FRACTION,
-    "data.augment.saturation": checks.FRACTION,
-    "data.augment.hue": checks.number(0, 0.5),  # half the colour wheel either way reaches every hue
-}
-# bounds.check's: the data section's counts and sizes (data.augment.crop_padding: below data.patch_size).
-BOUNDS = {
-    **dict.fromkeys(["data.patch_size", "data.image_size"], bounds.SIDE),
-    "data.num_classes": (255, "masks are 8-bit, with room for data.ignore_label"),
-    "data.patches_per_image": (1024, "patches cut from one image per epoch, each a training example"),
-    "data.shuffle_buffer": bounds.SHUFFLE,
-    "data.eval_batch_size": bounds.BATCH,
-    "data.eval_max_pixels": (2**28, "the pixels one call of the network sees: float32 logits of 2^28 "
-                             "pixels are a GB per class"),
-    **dict.fromkeys(["data.num_train_images", "data.num_eval_images"], bounds.IMAGES),
-}
 
 
 @dataclasses.dataclass(frozen=True)
-class DataSettings:
-  """The config's data section read once and checked (read_settings): a field per key of
-  configs/segmentation.py, which says what each does, in its order; its sequence a tuple."""
+class SourceSettings:
+  """What the source is and holds: its kind, its classes, its files or its synthetic scenes, how bad
+  and duplicate files are met (configs/segmentation.py says what each key does)."""
   source: str
   num_classes: int
   ignore_label: int
-  patch_size: int
-  patches_per_image: int
-  augment: augment_lib.Augmentation  # the data.augment section
-  normalization: str
+  class_names: tuple  # of str; () = the source's names
   skip_bad_files: bool
   duplicates: str
-  shuffle_buffer: int
-  class_names: tuple  # of str
-  eval_batch_size: int
-  eval_max_pixels: int
   eval_fraction: float
   cache_dir: str
   image_size: int
@@ -102,6 +73,87 @@ class DataSettings:
   eval_labels: str
   npy_pixel_max: float
 
+  CHECKS = {
+      "skip_bad_files": checks.BOOL,
+      "class_names": checks.sequence_of(checks.STRING, "a sequence of strings (() = the source's names)"),
+      "npy_pixel_max": checks.POSITIVE,
+  }
+  BOUNDS = {
+      "image_size": bounds.SIDE,
+      "num_classes": (255, "masks are 8-bit, with room for data.ignore_label"),
+      **dict.fromkeys(["num_train_images", "num_eval_images"], bounds.IMAGES),
+  }
+
+  def __post_init__(self):
+    if self.source not in SOURCES:
+      raise ConfigError(f"data.source '{self.source}' is unknown; choose one of {', '.join(SOURCES)}")
+    if self.num_classes < 2:
+      raise ConfigError(f"data.num_classes must be >= 2, got {self.num_classes}")
+    if not self.num_classes <= self.ignore_label <= 255:
+      raise ConfigError(f"data.ignore_label must be in [num_classes, 255] (masks are 8-bit), "
+                        f"got {self.ignore_label}")
+    if not 0 < self.eval_fraction < 1:
+      raise ConfigError(f"data.eval_fraction must be in (0, 1), got {self.eval_fraction}")
+    if self.class_names and len(self.class_names) != self.num_classes:
+      raise ConfigError(f"data.class_names has {len(self.class_names)} names for {self.num_classes} classes")
+    text_inputs.check_duplicates_mode(self.duplicates)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+  """What the training pipeline cuts: patches, how many per image, their augmentation (data.augment),
+  the shuffle."""
+  patch_size: int
+  patches_per_image: int
+  shuffle_buffer: int
+  augment: augment_lib.Augmentation
+
+  BOUNDS = {
+      "patch_size": bounds.SIDE,
+      "patches_per_image": (1024, "patches cut from one image per epoch, each a training example"),
+      "shuffle_buffer": bounds.SHUFFLE,
+  }
+
+  def __post_init__(self):
+    _at_least_one(self, "patch_size", "patches_per_image", "shuffle_buffer")
+    if self.augment.crop_padding >= self.patch_size:
+      raise ConfigError(f"data.augment.crop_padding={self.augment.crop_padding} must be below data.patch_size="
+                        f"{self.patch_size}: a patch could fall wholly in the padding, which has no label")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+  """How the evaluation reads whole images: batches, and the largest image evaluated whole."""
+  eval_batch_size: int
+  eval_max_pixels: int
+
+  BOUNDS = {
+      "eval_batch_size": bounds.BATCH,
+      "eval_max_pixels": (2**28, "the pixels one call of the network sees: float32 logits of 2^28 "
+                          "pixels are a GB per class"),
+  }
+
+  def __post_init__(self):
+    _at_least_one(self, "eval_batch_size", "eval_max_pixels")
+
+
+def _at_least_one(settings, *keys):
+  for key in keys:
+    if getattr(settings, key) < 1:
+      raise ConfigError(f"data.{key} must be >= 1, got {getattr(settings, key)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The config's data section read once and checked (read_settings), in groups by what they serve;
+  normalization serves the model's first layer."""
+  source: SourceSettings
+  train: TrainSettings
+  eval: EvalSettings
+  normalization: str
+
+  CHECKS = {"normalization": checks.one_of(*normalization.SCHEMES)}
+
 
 def read_settings(data_cfg, for_training=True):
   """DataSettings of the config's data section, every value checked: a ConfigError naming the key.
@@ -109,51 +161,13 @@ def read_settings(data_cfg, for_training=True):
   Called at start-up (task.validate_config, predict), before any file is listed or written.
   for_training=False (an evaluation, predict): the keys of the training files may be empty.
   """
-  values = {field.name: data_cfg[field.name] for field in dataclasses.fields(DataSettings)}
-  checks.check_values({"data": values}, {
-      "data.normalization": checks.one_of(*normalization.SCHEMES),
-      "data.skip_bad_files": checks.BOOL,
-      "data.class_names": checks.sequence_of(checks.STRING,
-                                             "a sequence of strings (() = the source's names)"),
-      "data.npy_pixel_max": checks.POSITIVE,
-  } | AUGMENT_CHECKS)
-  bounds.check({"data": values}, BOUNDS)
-  settings = DataSettings(**dict(values, class_names=tuple(values["class_names"]),
-                                 augment=_read_augmentation(values["augment"])))
-  _check_values(settings)
-  _check_source_keys(settings, for_training)
+  settings = settings_lib.read(DataSettings, data_cfg, "data")
+  _check_source_keys(settings.source, for_training)
   return settings
 
 
-def _read_augmentation(section):
-  values = {field.name: section[field.name] for field in dataclasses.fields(augment_lib.Augmentation)}
-  return augment_lib.Augmentation(**dict(values, scale_range=tuple(values["scale_range"])))
-
-
-def _check_values(settings):
-  if settings.source not in SOURCES:
-    raise ConfigError(f"data.source '{settings.source}' is unknown; choose one of {', '.join(SOURCES)}")
-  if settings.num_classes < 2:
-    raise ConfigError(f"data.num_classes must be >= 2, got {settings.num_classes}")
-  if not settings.num_classes <= settings.ignore_label <= 255:
-    raise ConfigError(f"data.ignore_label must be in [num_classes, 255] (masks are 8-bit), "
-                      f"got {settings.ignore_label}")
-  for key in ("patch_size", "patches_per_image", "shuffle_buffer", "eval_batch_size", "eval_max_pixels"):
-    if getattr(settings, key) < 1:
-      raise ConfigError(f"data.{key} must be >= 1, got {getattr(settings, key)}")
-  if settings.augment.crop_padding >= settings.patch_size:
-    raise ConfigError(f"data.augment.crop_padding={settings.augment.crop_padding} must be below data.patch_size="
-                      f"{settings.patch_size}: a patch could fall wholly in the padding, which has no label")
-  if not 0 < settings.eval_fraction < 1:
-    raise ConfigError(f"data.eval_fraction must be in (0, 1), got {settings.eval_fraction}")
-  if settings.class_names and len(settings.class_names) != settings.num_classes:
-    raise ConfigError(f"data.class_names has {len(settings.class_names)} names for {settings.num_classes} "
-                      "classes")
-  text_inputs.check_duplicates_mode(settings.duplicates)
-
-
 def _check_source_keys(settings, for_training):
-  """What data.source needs: its sizes (synthetic) or the keys naming its files, set."""
+  """What data.source needs (SourceSettings): its sizes (synthetic) or the keys naming its files, set."""
   if settings.source == "synthetic":
     if not 2 <= settings.num_classes <= len(synthetic.CLASS_NAMES):
       raise ConfigError(f"data.num_classes must be 2..{len(synthetic.CLASS_NAMES)} for synthetic scenes, "
@@ -222,27 +236,32 @@ def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_tr
   Returns:
     SegmentationData.
   """
-  (train_source, eval_source), train_files = sources_lib.make_sources(settings, seed, workdir, for_training, tiled)
+  source = settings.source
+  # Evaluated whole (not tiled), an image over data.eval_max_pixels is refused before training.
+  max_pixels = None if tiled else settings.eval.eval_max_pixels
+  (train_source, eval_source), train_files = sources_lib.make_sources(source, seed, workdir, for_training,
+                                                                      max_pixels)
   train = input_pipeline.make_train(
-      train_source, batch_size, seed, patch_size=settings.patch_size,
-      patches_per_image=settings.patches_per_image, shuffle_buffer=settings.shuffle_buffer,
-      ignore_label=settings.ignore_label, augmentation=settings.augment) if for_training else None
-  eval_batch_size = settings.eval_batch_size if eval_source.image_size else 1
-  evaluation = input_pipeline.make_eval(eval_source, settings.ignore_label, pad_multiple, eval_batch_size)
-  logging.info("segmentation data: %s, %s eval images, %d classes", settings.source,
+      train_source, batch_size, seed, patch_size=settings.train.patch_size,
+      patches_per_image=settings.train.patches_per_image, shuffle_buffer=settings.train.shuffle_buffer,
+      ignore_label=source.ignore_label, augmentation=settings.train.augment) if for_training else None
+  eval_batch_size = settings.eval.eval_batch_size if eval_source.image_size else 1
+  evaluation = input_pipeline.make_eval(eval_source, source.ignore_label, pad_multiple, eval_batch_size)
+  logging.info("segmentation data: %s, %s eval images, %d classes", source.source,
                (f"{train_source.size:,} train images, " if for_training else "") + f"{eval_source.size:,}",
-               settings.num_classes)
+               source.num_classes)
   report = image_checks.skip_report({"train": list(train_source.skipped) if for_training else [],
                                     "eval": list(eval_source.skipped)})
-  return SegmentationData(train=train, eval=evaluation, num_classes=settings.num_classes,
-                          class_names=class_names(settings), ignore_label=settings.ignore_label,
+  return SegmentationData(train=train, eval=evaluation, num_classes=source.num_classes,
+                          class_names=class_names(source), ignore_label=source.ignore_label,
                           num_eval_images=eval_source.size,
                           num_train_images=train_source.size if for_training else 0,
                           train_files=train_files, data_report=report)
 
 
 def class_names(settings):
-  """data.class_names; else the source's: synthetic, a VOC root's class_names.txt, VOC's 21; else None."""
+  """data.class_names of the SourceSettings; else the source's: synthetic, a VOC root's
+  class_names.txt, VOC's 21; else None."""
   if settings.class_names:
     return settings.class_names
   if settings.source == "synthetic":

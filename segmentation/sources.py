@@ -25,14 +25,15 @@ MASK_EXTENSION = ".png"
 VOC_SPLITS = ("train", "val")
 
 
-def make_sources(settings, seed, workdir, for_training, tiled):
-  """((train source, eval source), the training (image, mask) files or None) of the settings' source;
-  for an evaluation (for_training=False), (None, eval source) and None."""
+def make_sources(settings, seed, workdir, for_training, max_eval_pixels=None):
+  """((train source, eval source), the training (image, mask) files or None) of the SourceSettings;
+  for an evaluation (for_training=False), (None, eval source) and None. An evaluation image over
+  max_eval_pixels (data.eval_max_pixels; None: no bound, the evaluation is tiled) is refused."""
   if settings.source == "tfrecord":
-    return tfrecord_sources(settings, for_training, tiled), None
+    return tfrecord_sources(settings, for_training, max_eval_pixels), None
   if settings.source == "npy":
     return npy_sources(settings, for_training), None
-  train, evaluation = _checked_splits(settings, seed, workdir, for_training, tiled)
+  train, evaluation = _checked_splits(settings, seed, workdir, for_training, max_eval_pixels)
   if not for_training:
     return (None, _pairs_source(*evaluation)), None
   return (_pairs_source(*train), _pairs_source(*evaluation)), train[0]
@@ -41,7 +42,7 @@ def make_sources(settings, seed, workdir, for_training, tiled):
 # Sources of image and mask files: synthetic scenes, folders, Pascal VOC.
 
 
-def _checked_splits(settings, seed, workdir, for_training, tiled):
+def _checked_splits(settings, seed, workdir, for_training, max_eval_pixels):
   """[(train pairs, infos, skipped names), (eval pairs, infos, skipped names)], every file checked;
   the first is None for an evaluation."""
   if settings.source == "synthetic":
@@ -59,9 +60,9 @@ def _checked_splits(settings, seed, workdir, for_training, tiled):
   checked = [class_masks.checked_pairs(pairs, settings.num_classes, settings.ignore_label,
                                        settings.skip_bad_files)
              if for_training or split == 1 else None for split, pairs in enumerate(splits)]
-  if not tiled:  # evaluated whole: an image over the bound is refused before training
+  if max_eval_pixels:
     for (image_path, _), info in zip(*checked[1][:2]):
-      image_checks.check_eval_size(image_path, (info.height, info.width), settings.eval_max_pixels,
+      image_checks.check_eval_size(image_path, (info.height, info.width), max_eval_pixels,
                                    tiles_key=inference.WINDOW_KEY)
   return checked
 
@@ -165,11 +166,11 @@ def _pairs_source(pairs, infos, skipped=()):
 # TFRecord shards.
 
 
-def tfrecord_sources(settings, for_training, tiled=False):
+def tfrecord_sources(settings, for_training, max_eval_pixels=None):
   """(train source, eval source) of data.train_pattern and data.eval_pattern; the first is None for
-  an evaluation. tiled: evaluated in windows, so no image is too large."""
-  if not tiled:  # before decoding: an image over data.eval_max_pixels is named from its header
-    tfrecords.check_image_sizes(settings.eval_pattern, "image/encoded", settings.eval_max_pixels,
+  an evaluation. max_eval_pixels: as make_sources'."""
+  if max_eval_pixels:  # before decoding: an image over the bound is named from its header
+    tfrecords.check_image_sizes(settings.eval_pattern, "image/encoded", max_eval_pixels,
                                 tiles_key=inference.WINDOW_KEY)
   check = (settings.num_classes, settings.ignore_label, settings.skip_bad_files)
   return ((_tfrecord_source(settings.train_pattern, *check) if for_training else None),
