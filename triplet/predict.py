@@ -80,14 +80,14 @@ def load_workdir(workdir, config):
   settings = data_lib.read_settings(config.data)
   softmax = config.loss.name == task_lib.SOFTMAX  # its classifier head is in the checkpoint
   identities = sources_lib.load_train_identities(settings, config.seed, workdir) if softmax else ()
-  model = task_lib.build_model(config, len(identities))
+  model = task_lib.build_model(config, settings, len(identities))
   step = predict_lib.checkpoint_step(predict_lib.restore_weights(model, workdir))
   predict = task_lib.make_predict_fn(model)
-  normalizer = normalization.get_normalizer(settings.normalization)
+  normalizer = normalization.get_normalizer(settings.images.normalization)
 
   def embed(image):
-    resized = tf.image.resize(image, [settings.load_size, settings.load_size])  # as data.load_image
-    return predict(input_pipeline.preprocess_for_eval(resized, settings.crop_size, normalizer)[None])[0].numpy()
+    resized = tf.image.resize(image, [settings.images.load_size, settings.images.load_size])  # as data.load_image
+    return predict(input_pipeline.preprocess_for_eval(resized, settings.images.crop_size, normalizer)[None])[0].numpy()
 
   threshold, source = metrics_threshold(workdir, step)
   return Embedder(embed, threshold, source)

@@ -105,11 +105,13 @@ def select_identities(identities, images_per_identity, small_identities="error")
 
 
 def prepare_synthetic(settings, seed, workdir):
-  """Writes (once) the synthetic identities the DataSettings describe; returns SyntheticData."""
+  """Writes (once) the synthetic identities the DataSettings describe, at the load size; returns
+  SyntheticData."""
+  source = settings.source
   return synthetic_lib.make_synthetic_identities(
-      sources.synthetic_cache_dir(settings.cache_dir, workdir), settings.num_train_identities,
-      settings.num_eval_identities, settings.images_per_synthetic_identity, settings.load_size, seed,
-      num_folds=settings.num_pair_folds, pairs_per_fold=settings.pairs_per_fold)
+      sources.synthetic_cache_dir(source.cache_dir, workdir), source.num_train_identities,
+      source.num_eval_identities, source.images_per_synthetic_identity, settings.images.load_size, seed,
+      num_folds=source.num_pair_folds, pairs_per_fold=source.pairs_per_fold)
 
 
 # What the settings name.
@@ -117,12 +119,12 @@ def prepare_synthetic(settings, seed, workdir):
 
 def load_train_identities(settings, seed, workdir):
   """The training identities after the policy for identities with fewer than K images."""
-  if settings.source == "synthetic":
+  if settings.source.source == "synthetic":
     root = prepare_synthetic(settings, seed, workdir).train_dir
   else:
-    root = sources.required(settings.train_dir, "train_dir", settings.source)
-  identities = list_identities(root, settings.skip_bad_files)
-  return select_identities(identities, settings.images_per_identity, settings.small_identities)
+    root = sources.required(settings.source.train_dir, "train_dir", settings.source.source)
+  identities = list_identities(root, settings.source.skip_bad_files)
+  return select_identities(identities, settings.train.images_per_identity, settings.train.small_identities)
 
 
 def load_eval_data(settings, seed, workdir):
@@ -131,23 +133,23 @@ def load_eval_data(settings, seed, workdir):
   A held-out identity that is a training identity too (by folder name) is a
   DataError, or with data.duplicates="warn" a warning.
   """
-  if settings.source == "synthetic":
+  if settings.source.source == "synthetic":
     synthetic = prepare_synthetic(settings, seed, workdir)
     eval_dir, pairs_file, pairs_dir = synthetic.eval_dir, synthetic.pairs_path, synthetic.eval_dir
   else:
-    eval_dir, pairs_file = settings.eval_dir, settings.pairs_file
-    pairs_dir = settings.pairs_dir or eval_dir  # read_settings: one of them with a pairs_file
+    eval_dir, pairs_file = settings.source.eval_dir, settings.source.pairs_file
+    pairs_dir = settings.source.pairs_dir or eval_dir  # read_settings: one of them with a pairs_file
   paths, labels, skipped = [], np.zeros([0], np.int64), {}
   if eval_dir:
-    identities = list_identities(eval_dir, settings.skip_bad_files)
-    if settings.source == "folder" and settings.train_dir:
-      _check_identity_overlap(settings.train_dir, identities, settings.duplicates)
+    identities = list_identities(eval_dir, settings.source.skip_bad_files)
+    if settings.source.source == "folder" and settings.source.train_dir:
+      _check_identity_overlap(settings.source.train_dir, identities, settings.source.duplicates)
     paths, labels = identity_labels(identities)
     skipped["eval"] = identities.skipped
   pairs, num_folds = [], 0
   if pairs_file:
     pairs, num_folds = lfw_pairs.read_pairs(pairs_file, pairs_dir)
-    pairs, skipped["pairs"] = lfw_pairs.check_pairs(pairs, settings.skip_bad_files)
+    pairs, skipped["pairs"] = lfw_pairs.check_pairs(pairs, settings.source.skip_bad_files)
   return EvalData(paths, labels, pairs, num_folds, skipped)
 
 
