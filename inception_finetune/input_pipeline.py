@@ -18,29 +18,29 @@ from inception_finetune import preprocessing
 def make_train(source, settings, batch_size, seed, num_classes):
   size = settings.image_size
   records = source.read(seed).enumerate()
-  if settings.oversample_to:
-    records = pipeline.oversample(records, source.counts, settings.oversample_to, seed)
-  mixing = augment.Mixing(settings.mixup_alpha, settings.cutmix_alpha, settings.mix_prob,
-                          settings.mix_switch_prob)
-  augments_batches = mixing.on or settings.randaugment_ops > 0
+  if settings.train.oversample_to:
+    records = pipeline.oversample(records, source.counts, settings.train.oversample_to, seed)
+  mixing = augment.Mixing(settings.train.mixup_alpha, settings.train.cutmix_alpha, settings.train.mix_prob,
+                          settings.train.mix_switch_prob)
+  augments_batches = mixing.on or settings.train.randaugment_ops > 0
 
   def preprocess(index, example):
     contents, label = example
     image = image_checks.decode_image(contents)
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    if settings.augment:
+    if settings.train.augment:
       image = preprocessing.preprocess_for_train(image, size, size, element_seed,
-                                                 fast_mode=settings.fast_mode)
+                                                 fast_mode=settings.train.fast_mode)
     else:
-      image = preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction)
+      image = preprocessing.preprocess_for_eval(image, size, size, settings.eval.central_fraction)
     # A batch's draws are seeded by its first image's place in the stream.
     return (image, label, index) if augments_batches else (image, label)
 
   def augment_batch(images, labels, indices):
     batch_seed = tf.stack([tf.cast(seed, tf.int64), indices[0]])
-    if settings.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
+    if settings.train.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
       images = unit_to_symmetric(augment.rand_augment(
-          (images + 1.0) / 2.0, settings.randaugment_ops, settings.randaugment_magnitude, batch_seed))
+          (images + 1.0) / 2.0, settings.train.randaugment_ops, settings.train.randaugment_magnitude, batch_seed))
     if mixing.on:
       return augment.mix_batch(images, labels, num_classes, mixing, batch_seed)
     return images, labels
@@ -59,8 +59,8 @@ def make_eval(source, settings, uint8_images):
     image = image_checks.decode_image(contents)
     if uint8_images:
       return image, label
-    return preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction), label
+    return preprocessing.preprocess_for_eval(image, size, size, settings.eval.central_fraction), label
 
   images = source.read(None).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-  batch_size = 1 if uint8_images else settings.eval_batch_size  # uint8 images differ in size
+  batch_size = 1 if uint8_images else settings.eval.eval_batch_size  # uint8 images differ in size
   return images.batch(batch_size).prefetch(tf.data.AUTOTUNE)

@@ -13,8 +13,8 @@ checkpointed.
 
 read_settings reads the config's data section once, through common/contract/settings.read, into a
 frozen DataSettings of groups (SourceSettings, TrainSettings, EvalSettings), each checking its own
-values, before any file is listed; make_datasets, sources.py and
-input_pipeline.py take the settings and hand plain values to the readers and checks of common/data.
+values, before any file is listed; make_datasets, sources.py and input_pipeline.py take the
+settings and hand plain values to the readers and checks of common/data.
 """
 import dataclasses
 import os

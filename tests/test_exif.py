@@ -9,8 +9,8 @@ import pytest
 
 from common.app import cli
 from common.data import image_checks
-from segmentation import class_masks
 from helpers import make_config
+from segmentation import class_masks
 from segmentation import sources as seg_sources
 from segmentation import train
 

@@ -1,4 +1,5 @@
 """Tests of segmentation/data.py, synthetic.py, visualize.py and scripts/convert_to_tfrecord.py."""
+import dataclasses
 import logging
 import os
 import re
@@ -18,9 +19,10 @@ from common.data import listing
 from common.data import pipeline
 from common.data import sources
 from common.data import tfrecords
-from segmentation import class_masks
 import helpers
 from scripts import convert_to_tfrecord
+from segmentation import augment as augment_lib
+from segmentation import class_masks
 from segmentation import data as seg_data
 from segmentation import sources as seg_sources
 from segmentation import synthetic
@@ -484,6 +486,15 @@ def test_masks_must_be_png_class_ids(tmp_path):
 def test_bad_config_values_are_named(tmp_path, overrides, message):
   with pytest.raises(ConfigError, match=message):
     make_datasets(make_cfg(**overrides), 4, seed=0, pad_multiple=4, workdir=str(tmp_path))
+
+
+def test_the_settings_groups_hold_every_key_of_the_data_section_once():
+  cfg = make_cfg()
+  settings = seg_data.read_settings(cfg)
+  assert sorted(helpers.settings_keys(settings, cfg)) == sorted(cfg.keys())
+  assert settings.train.augment == augment_lib.Augmentation()  # the data.augment section, all off
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.source.num_classes = 3
 
 
 def test_convert_script_writes_shards_from_the_command_line(tmp_path):
