@@ -87,7 +87,7 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   where config.eval's windows stream (inference.streams) PIL's bound, photos.MAX_PIXELS. No output
   may exist already, nor two photos share one (check_outputs)."""
   settings = data_lib.read_settings(config.data, for_training=False)
-  inference = inference_lib.read_inference(config)
+  inference = inference_lib.read_inference(config, settings.eval.eval_max_pixels)
   max_pixels = max_pixels or (None if inference.streams else settings.eval.eval_max_pixels)
   tiles_key = None if inference.window else inference_lib.WINDOW_KEY
   listed = predict_lib.photo_paths(paths, max_pixels, tiles_key, OUTPUTS)

@@ -42,7 +42,7 @@ def validate_config(config, for_training=True):
   (data.read_settings checks every data value; for_training=False: an evaluation's, without the
   training files' keys)."""
   settings = data_lib.read_settings(config.data, for_training)
-  inference = inference_lib.read_inference(config)
+  inference = inference_lib.read_inference(config, settings.eval.eval_max_pixels)
   checks.check_values(config, {
       "model.widths": checks.POSITIVE_INTS,
       "model.weight_decay": checks.NON_NEGATIVE,
