@@ -16,31 +16,31 @@ from inception_finetune import preprocessing
 
 
 def make_train(source, settings, batch_size, seed, num_classes):
-  size = settings.image_size
+  """The endless training pipeline of a Source, as the DataSettings' train group says."""
+  size, train, central_fraction = settings.image_size, settings.train, settings.eval.central_fraction
   records = source.read(seed).enumerate()
-  if settings.train.oversample_to:
-    records = pipeline.oversample(records, source.counts, settings.train.oversample_to, seed)
-  mixing = augment.Mixing(settings.train.mixup_alpha, settings.train.cutmix_alpha, settings.train.mix_prob,
-                          settings.train.mix_switch_prob)
-  augments_batches = mixing.on or settings.train.randaugment_ops > 0
+  if train.oversample_to:
+    records = pipeline.oversample(records, source.counts, train.oversample_to, seed)
+  mixing = augment.Mixing(train.mixup_alpha, train.cutmix_alpha, train.mix_prob, train.mix_switch_prob)
+  augments_batches = mixing.on or train.randaugment_ops > 0
 
   def preprocess(index, example):
     contents, label = example
     image = image_checks.decode_image(contents)
     element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    if settings.train.augment:
+    if train.augment:
       image = preprocessing.preprocess_for_train(image, size, size, element_seed,
-                                                 fast_mode=settings.train.fast_mode)
+                                                 fast_mode=train.fast_mode)
     else:
-      image = preprocessing.preprocess_for_eval(image, size, size, settings.eval.central_fraction)
+      image = preprocessing.preprocess_for_eval(image, size, size, central_fraction)
     # A batch's draws are seeded by its first image's place in the stream.
     return (image, label, index) if augments_batches else (image, label)
 
   def augment_batch(images, labels, indices):
     batch_seed = tf.stack([tf.cast(seed, tf.int64), indices[0]])
-    if settings.train.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
+    if train.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
       images = unit_to_symmetric(augment.rand_augment(
-          (images + 1.0) / 2.0, settings.train.randaugment_ops, settings.train.randaugment_magnitude, batch_seed))
+          (images + 1.0) / 2.0, train.randaugment_ops, train.randaugment_magnitude, batch_seed))
     if mixing.on:
       return augment.mix_batch(images, labels, num_classes, mixing, batch_seed)
     return images, labels
@@ -53,6 +53,7 @@ def make_train(source, settings, batch_size, seed, num_classes):
 
 
 def make_eval(source, settings, uint8_images):
+  """One pass of a Source in order: slim's evaluation preprocessing, or uint8_images as decoded."""
   size = settings.image_size
 
   def preprocess(contents, label):

@@ -1,8 +1,8 @@
 """Segmentation's sources, each an input_pipeline.Source with every file or record checked up front:
 synthetic scenes, image and mask folders, Pascal VOC (pairs of files), TFRecord shards and .npy arrays.
 
-The functions take data.py's DataSettings (read and checked at start-up) and hand plain values to the
-readers and checks of common/data.
+The functions take data.py's SourceSettings (read and checked at start-up) and hand plain values to
+the readers and checks of common/data.
 """
 import os
 

@@ -1,4 +1,4 @@
-"""Tests of segmentation/data.py, synthetic.py, visualize.py and scripts/convert_to_tfrecord.py."""
+"""Tests of segmentation/data.py, sources.py, synthetic.py, visualize.py and scripts/convert_to_tfrecord.py."""
 import dataclasses
 import logging
 import os

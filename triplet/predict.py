@@ -84,10 +84,11 @@ def load_workdir(workdir, config):
   step = predict_lib.checkpoint_step(predict_lib.restore_weights(model, workdir))
   predict = task_lib.make_predict_fn(model)
   normalizer = normalization.get_normalizer(settings.images.normalization)
+  size, crop = settings.images.load_size, settings.images.crop_size
 
   def embed(image):
-    resized = tf.image.resize(image, [settings.images.load_size, settings.images.load_size])  # as data.load_image
-    return predict(input_pipeline.preprocess_for_eval(resized, settings.images.crop_size, normalizer)[None])[0].numpy()
+    resized = tf.image.resize(image, [size, size])  # as input_pipeline.load_image
+    return predict(input_pipeline.preprocess_for_eval(resized, crop, normalizer)[None])[0].numpy()
 
   threshold, source = metrics_threshold(workdir, step)
   return Embedder(embed, threshold, source)

@@ -44,7 +44,7 @@ INITIAL_ROC = "initial_roc.json"  # the ROC curves of the untrained network and 
 
 
 def validate_config(config, for_training=True):
-  """The triplet sections' checks (the data section's by data.read_settings; data.py checks the
+  """The triplet sections' checks (the data section's by data.read_settings; sources.py checks the
   folders and pairs it reads); an evaluation (for_training=False) skips those of the training
   batches. Returns the DataSettings."""
   loss = config.loss
