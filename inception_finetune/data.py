@@ -1,6 +1,6 @@
 """Classification inputs: synthetic classes, class folders, an id,label CSV and TF-Slim TFRecords.
 
-Every source becomes the same two pipelines:
+Every source (sources.py) becomes the same two pipelines (input_pipeline.py):
   train: endless, shuffled with the seed, optionally oversampling rare classes,
     Inception training distortions seeded per element, then RandAugment, mixup and CutMix
     (augment.py) seeded per batch; yields (float32 images [B, S, S, 3] in [-1, 1], int32 class
@@ -17,10 +17,11 @@ data.skip_bad_files skips undecodable ones instead, naming and counting them in
 the data report. Class ids map to names through a labels file in TF-Slim's
 format (`<id>:<name>` per line), written to the workdir with config.json.
 
-This module is the one reader of the config's data section: read_settings reads it once into the
-frozen DataSettings, every value checked before any file is listed, which the functions here and
-in class_sources.py (the sources: class folders, CSV, TFRecords) take instead of the config; they
-hand plain values to the readers and checks of common/data (labels: common/data/class_labels).
+read_settings reads the config's data section once (common/contract/settings.read) into the frozen
+DataSettings of groups (SourceSettings, TrainSettings, EvalSettings) that check their own values
+before any file is listed, which the functions here, in sources.py and in input_pipeline.py take
+instead of the config; they hand plain values to the readers and checks of common/data (labels:
+common/data/class_labels).
 """
 import dataclasses
 import os
@@ -32,45 +33,30 @@ import tensorflow as tf
 
 from common.contract import bounds
 from common.contract import checks
+from common.contract import settings as settings_lib
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import class_labels
 from common.data import image_checks
-from common.data import pipeline
-from common.data import sources
 from common.data import text_inputs
-from common.data.normalization import unit_to_symmetric
 from inception_finetune import augment
-from inception_finetune import class_sources
-from inception_finetune import preprocessing
+from inception_finetune import input_pipeline
+from inception_finetune import sources as sources_lib
 
 SOURCES = ("synthetic", "folder", "csv", "tfrecord")
 LABELS_FILENAME = "labels.txt"
 CLASS_BALANCE_FILENAME = "class_balance.csv"
 
 @dataclasses.dataclass(frozen=True)
-class DataSettings:
-  """The config's data section (configs/inception_v4.py), read once by read_settings and checked.
-  Paths and patterns are "" when not set; num_classes 0 = from the data."""
+class SourceSettings:
+  """Where the classified images come from (configs/inception_v4.py says what each key does): paths
+  and patterns "" when not set; num_classes 0 = from the data."""
   source: str
   num_classes: int
-  image_size: int
-  central_fraction: float
-  augment: bool
-  fast_mode: bool
-  randaugment_ops: int
-  randaugment_magnitude: float
-  mixup_alpha: float
-  cutmix_alpha: float
-  mix_prob: float
-  mix_switch_prob: float
-  eval_batch_size: int
-  shuffle_buffer: int
   eval_fraction: float
   skip_bad_files: bool
   duplicates: str
   min_class_count: int
-  oversample_to: int
   train_dir: str
   eval_dir: str
   csv_path: str
@@ -83,61 +69,109 @@ class DataSettings:
   cache_dir: str
   synthetic_images_per_class: int
   synthetic_image_size: int
-# bounds.check's: the data section's counts and sizes.
-BOUNDS = {
-    **dict.fromkeys(["data.image_size", "data.synthetic_image_size"], bounds.SIDE),
-    **dict.fromkeys(["data.num_classes", "data.labels_offset"], bounds.CLASSES),
-    "data.randaugment_ops": (len(augment.OPERATIONS), "RandAugment's layers, each drawing one of its "
-                             f"{len(augment.OPERATIONS)} operations: more repeat them on an image beyond recognition"),
-    "data.eval_batch_size": bounds.BATCH,
-    "data.shuffle_buffer": bounds.SHUFFLE,
-    **dict.fromkeys(["data.min_class_count", "data.oversample_to", "data.synthetic_images_per_class"],
-                    bounds.IMAGES),
-}
+  shuffle_buffer: int  # TFRecords' records, shuffled before they are read
+
+  CHECKS = {
+      "skip_bad_files": checks.BOOL,
+      "min_class_count": checks.NON_NEGATIVE_INT,
+      "labels_offset": checks.NON_NEGATIVE_INT,
+      "synthetic_image_size": checks.POSITIVE_INT,
+  }
+  BOUNDS = {
+      "synthetic_image_size": bounds.SIDE,
+      **dict.fromkeys(["num_classes", "labels_offset"], bounds.CLASSES),
+      **dict.fromkeys(["min_class_count", "synthetic_images_per_class"], bounds.IMAGES),
+      "shuffle_buffer": bounds.SHUFFLE,
+  }
+
+  def __post_init__(self):
+    if self.source not in SOURCES:
+      raise ConfigError(f"data.source '{self.source}' is unknown; choose one of {', '.join(SOURCES)}")
+    if self.num_classes < 0:
+      _refuse_num_classes(self)
+    _check_rules(self, [("eval_fraction", "in (0, 1)", lambda v: 0 < v < 1),
+                        ("shuffle_buffer", ">= 1", lambda v: v >= 1)])
+    text_inputs.check_duplicates_mode(self.duplicates)
+    # A fifth of each synthetic class, and at least one image, is held out for evaluation.
+    if self.source == "synthetic" and self.synthetic_images_per_class < 2:
+      raise ConfigError(f"data.synthetic_images_per_class must be >= 2, got {self.synthetic_images_per_class}")
 
 
-def read_settings(data_cfg):
-  """The config's data section -> DataSettings, every value checked before any file is listed: a
-  ConfigError naming the first bad one (data.<key>). task.validate_config checks data.image_size
-  against the network (model.aux_logits); make_datasets, that the source can give num_classes."""
-  values = {field.name: data_cfg[field.name] for field in dataclasses.fields(DataSettings)}
-  checks.check_values({"data": values}, {
-      "data.central_fraction": checks.number(0, 1),  # TF-Slim's: 0 (or 1) = no crop
-      "data.augment": checks.BOOL,
-      "data.fast_mode": checks.BOOL,
-      "data.randaugment_ops": checks.NON_NEGATIVE_INT,  # 0 = off
-      "data.randaugment_magnitude": checks.number(0, augment.MAX_MAGNITUDE),
-      "data.mixup_alpha": checks.NON_NEGATIVE,  # 0 = off
-      "data.cutmix_alpha": checks.NON_NEGATIVE,  # 0 = off
-      "data.mix_prob": checks.number(0, 1),
-      "data.mix_switch_prob": checks.number(0, 1),
-      "data.skip_bad_files": checks.BOOL,
-      "data.min_class_count": checks.NON_NEGATIVE_INT,
-      "data.labels_offset": checks.NON_NEGATIVE_INT,
-      "data.synthetic_image_size": checks.POSITIVE_INT,
-  })
-  bounds.check({"data": values}, BOUNDS)
-  for key in ("train_dir", "eval_dir", "csv_path", "images_dir", "train_pattern", "eval_pattern",
-              "labels_file", "cache_dir"):
-    values[key] = values[key] or ""
-  settings = DataSettings(**values)
-  if settings.source not in SOURCES:
-    raise ConfigError(f"data.source '{settings.source}' is unknown; choose one of {', '.join(SOURCES)}")
-  if settings.num_classes < 0:
-    _refuse_num_classes(settings)
-  # (key, allowed, check) in the order the checks are made: the first that fails is the error.
-  rules = [("eval_fraction", "in (0, 1)", lambda v: 0 < v < 1)]
-  rules += [(key, ">= 1", lambda v: v >= 1) for key in ("image_size", "shuffle_buffer", "eval_batch_size")]
-  rules += [("oversample_to", ">= 0 (0 = off)", lambda v: v >= 0)]
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+  """What the training pipeline does to the images: oversampling, Inception's distortions,
+  RandAugment, mixup and CutMix."""
+  augment: bool
+  fast_mode: bool
+  randaugment_ops: int
+  randaugment_magnitude: float
+  mixup_alpha: float
+  cutmix_alpha: float
+  mix_prob: float
+  mix_switch_prob: float
+  oversample_to: int
+
+  CHECKS = {
+      "augment": checks.BOOL,
+      "fast_mode": checks.BOOL,
+      "randaugment_ops": checks.NON_NEGATIVE_INT,  # 0 = off
+      "randaugment_magnitude": checks.number(0, augment.MAX_MAGNITUDE),
+      "mixup_alpha": checks.NON_NEGATIVE,  # 0 = off
+      "cutmix_alpha": checks.NON_NEGATIVE,  # 0 = off
+      "mix_prob": checks.number(0, 1),
+      "mix_switch_prob": checks.number(0, 1),
+  }
+  BOUNDS = {
+      "randaugment_ops": (len(augment.OPERATIONS), "RandAugment's layers, each drawing one of its "
+                          f"{len(augment.OPERATIONS)} operations: more repeat them on an image beyond recognition"),
+      "oversample_to": bounds.IMAGES,
+  }
+
+  def __post_init__(self):
+    _check_rules(self, [("oversample_to", ">= 0 (0 = off)", lambda v: v >= 0)])
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+  """How the evaluation reads images: slim's central crop, batches."""
+  central_fraction: float
+  eval_batch_size: int
+
+  CHECKS = {"central_fraction": checks.number(0, 1)}  # TF-Slim's: 0 (or 1) = no crop
+  BOUNDS = {"eval_batch_size": bounds.BATCH}
+
+  def __post_init__(self):
+    _check_rules(self, [("eval_batch_size", ">= 1", lambda v: v >= 1)])
+
+
+def _check_rules(settings, rules):
+  """(key, allowed, check) in the order the checks are made: the first that fails is the error."""
   for key, allowed, ok in rules:
     if not ok(getattr(settings, key)):
       raise ConfigError(f"data.{key} must be {allowed}, got {getattr(settings, key)}")
-  text_inputs.check_duplicates_mode(settings.duplicates)
-  # A fifth of each synthetic class, and at least one image, is held out for evaluation.
-  if settings.source == "synthetic" and settings.synthetic_images_per_class < 2:
-    raise ConfigError("data.synthetic_images_per_class must be >= 2, got "
-                      f"{settings.synthetic_images_per_class}")
-  return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The config's data section in groups by what they serve; image_size, the side of every image
+  the network sees, serves all of them and the model."""
+  source: SourceSettings
+  train: TrainSettings
+  eval: EvalSettings
+  image_size: int
+
+  BOUNDS = {"image_size": bounds.SIDE}
+
+  def __post_init__(self):
+    _check_rules(self, [("image_size", ">= 1", lambda v: v >= 1)])
+
+
+def read_settings(data_cfg):
+  """The config's data section -> DataSettings (common/contract/settings.read), every value checked
+  before any file is listed: a ConfigError naming the first bad one (data.<key>). task.validate_config
+  checks data.image_size against the network (model.aux_logits); make_datasets, that the source can
+  give num_classes."""
+  return settings_lib.read(DataSettings, data_cfg, "data")
 
 
 def _refuse_num_classes(settings):
@@ -191,33 +225,35 @@ def make_datasets(settings, batch_size, seed, workdir=None, for_training=True):
   """
   # data.num_classes=0 takes the classes from the data: synthetic ones and TFRecords without a
   # labels file have none to give.
-  if settings.num_classes < 2 and (settings.source == "synthetic"
-                                   or (settings.source == "tfrecord" and not settings.labels_file)):
-    _refuse_num_classes(settings)
+  source = settings.source
+  if source.num_classes < 2 and (source.source == "synthetic"
+                                 or (source.source == "tfrecord" and not source.labels_file)):
+    _refuse_num_classes(source)
   if not for_training:
     return _evaluation_data(settings, seed, workdir)
-  class_names, train_source, eval_source = _make_sources(settings, seed, workdir)
+  class_names, train_source, eval_source = sources_lib.make_sources(source, seed, workdir)
   num_classes = len(class_names)
-  report = class_labels.class_balance_report(train_source.counts, class_names, settings.min_class_count)
+  report = class_labels.class_balance_report(train_source.counts, class_names, source.min_class_count)
   for line in report.splitlines():
     logging.info("%s", line)
-  train = _make_train(train_source, settings, batch_size, seed, num_classes)
-  if settings.oversample_to:
+  train = input_pipeline.make_train(train_source, settings, batch_size, seed, num_classes)
+  if settings.train.oversample_to:
     logging.info("oversampling: classes drawn as though each had at least %d images",
-                 settings.oversample_to)
-  logging.info("classification data: %s, %d train and %d eval images, %d classes", settings.source,
+                 settings.train.oversample_to)
+  logging.info("classification data: %s, %d train and %d eval images, %d classes", source.source,
                train_source.counts.sum(), eval_source.counts.sum(), num_classes)
   report = image_checks.skip_report({"train": train_source.skipped, "eval": eval_source.skipped})
-  return ClassificationData(train=train, eval=_make_eval(eval_source, settings, False),
-                            raw_eval=_make_eval(eval_source, settings, True), num_classes=num_classes,
+  return ClassificationData(train=train, eval=input_pipeline.make_eval(eval_source, settings, False),
+                            raw_eval=input_pipeline.make_eval(eval_source, settings, True),
+                            num_classes=num_classes,
                             class_names=tuple(class_names), train_counts=train_source.counts,
                             num_eval=int(eval_source.counts.sum()), data_report=report,
                             train_files=train_source.files,
                             run_files={LABELS_FILENAME: class_labels.labels_file_text(class_names),
                                        CLASS_BALANCE_FILENAME: class_labels.class_balance_csv(
-                                           train_source.counts, class_names, settings.min_class_count)},
-                            new_train=lambda: _make_train(train_source, settings, batch_size, seed,
-                                                          num_classes))
+                                           train_source.counts, class_names, source.min_class_count)},
+                            new_train=lambda: input_pipeline.make_train(train_source, settings, batch_size, seed,
+                                                                        num_classes))
 
 
 def _evaluation_data(settings, seed, workdir):
@@ -225,18 +261,19 @@ def _evaluation_data(settings, seed, workdir):
   and training counts are the run's (its labels.txt and class_balance.csv); with class folders and
   data.eval_dir, data.train_dir is not read."""
   run_names, run_counts = read_run_classes(workdir)
-  class_names, _, eval_source = _make_sources(settings, seed, workdir, for_training=False,
-                                              run_names=run_names)
+  class_names, _, eval_source = sources_lib.make_sources(settings.source, seed, workdir, for_training=False,
+                                                         run_names=run_names)
   if run_names is not None and list(class_names) != list(run_names):
     raise DataError(f"the data's {len(class_names)} classes ({', '.join(class_names[:3])}, ...) are not "
                     f"those of {os.path.join(workdir, LABELS_FILENAME)}, which the run was trained on")
   if run_counts is not None and len(run_counts) != len(class_names):
     raise DataError(f"{os.path.join(workdir, CLASS_BALANCE_FILENAME)}: {len(run_counts)} classes, but the "
                     f"data has {len(class_names)}; it is another run's, or the data changed")
-  logging.info("classification data: %s, %d eval images, %d classes", settings.source,
+  logging.info("classification data: %s, %d eval images, %d classes", settings.source.source,
                eval_source.counts.sum(), len(class_names))
-  return ClassificationData(train=None, eval=_make_eval(eval_source, settings, False),
-                            raw_eval=_make_eval(eval_source, settings, True), num_classes=len(class_names),
+  return ClassificationData(train=None, eval=input_pipeline.make_eval(eval_source, settings, False),
+                            raw_eval=input_pipeline.make_eval(eval_source, settings, True),
+                            num_classes=len(class_names),
                             class_names=tuple(class_names), train_counts=run_counts,
                             num_eval=int(eval_source.counts.sum()), new_train=None,
                             data_report=image_checks.skip_report({"eval": eval_source.skipped}))
@@ -258,75 +295,3 @@ def read_run_classes(workdir):
   if names is not None and counts is not None and len(counts) != len(names):
     raise DataError(f"{balance}: {len(counts)} classes, but {labels} names {len(names)}; {fix}")
   return names, counts
-
-
-def _make_sources(settings, seed, workdir, for_training=True, run_names=None):
-  """(class names, train source, eval source) of the configured kind; for an evaluation
-  (for_training=False) the train source is None, and run_names are the run's class names or None."""
-  if settings.source == "tfrecord":
-    return class_sources.tfrecord_sources(settings, for_training)
-  if settings.source == "csv":
-    return class_sources.csv_sources(settings, for_training)
-  if settings.source == "synthetic":
-    train_dir, eval_dir = preprocessing.write_synthetic_classes(
-        sources.synthetic_cache_dir(settings.cache_dir, workdir), seed, settings.num_classes,
-        settings.synthetic_images_per_class, settings.synthetic_image_size)
-    return class_sources.folder_sources(train_dir, eval_dir, settings, for_training)
-  if settings.eval_dir and run_names is not None:  # an evaluation: the class folders are the run's
-    return class_sources.eval_folder_source(settings.eval_dir, run_names, settings.skip_bad_files)
-  train_dir = sources.required(settings.train_dir, "train_dir", settings.source)
-  return class_sources.folder_sources(train_dir, settings.eval_dir, settings, for_training)
-
-
-# The pipelines every source shares.
-
-
-def _make_train(source, settings, batch_size, seed, num_classes):
-  size = settings.image_size
-  records = source.read(seed).enumerate()
-  if settings.oversample_to:
-    records = pipeline.oversample(records, source.counts, settings.oversample_to, seed)
-  mixing = augment.Mixing(settings.mixup_alpha, settings.cutmix_alpha, settings.mix_prob,
-                          settings.mix_switch_prob)
-  augments_batches = mixing.on or settings.randaugment_ops > 0
-
-  def preprocess(index, example):
-    contents, label = example
-    image = image_checks.decode_image(contents)
-    element_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    if settings.augment:
-      image = preprocessing.preprocess_for_train(image, size, size, element_seed,
-                                                 fast_mode=settings.fast_mode)
-    else:
-      image = preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction)
-    # A batch's draws are seeded by its first image's place in the stream.
-    return (image, label, index) if augments_batches else (image, label)
-
-  def augment_batch(images, labels, indices):
-    batch_seed = tf.stack([tf.cast(seed, tf.int64), indices[0]])
-    if settings.randaugment_ops:  # after the crop, as timm; its operations work in [0, 1]
-      images = unit_to_symmetric(augment.rand_augment(
-          (images + 1.0) / 2.0, settings.randaugment_ops, settings.randaugment_magnitude, batch_seed))
-    if mixing.on:
-      return augment.mix_batch(images, labels, num_classes, mixing, batch_seed)
-    return images, labels
-
-  batches = records.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-  batches = batches.batch(batch_size, drop_remainder=True)
-  if augments_batches:
-    batches = batches.map(augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
-  return batches.prefetch(tf.data.AUTOTUNE)
-
-
-def _make_eval(source, settings, uint8_images):
-  size = settings.image_size
-
-  def preprocess(contents, label):
-    image = image_checks.decode_image(contents)
-    if uint8_images:
-      return image, label
-    return preprocessing.preprocess_for_eval(image, size, size, settings.central_fraction), label
-
-  images = source.read(None).map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-  batch_size = 1 if uint8_images else settings.eval_batch_size  # uint8 images differ in size
-  return images.batch(batch_size).prefetch(tf.data.AUTOTUNE)

@@ -63,10 +63,10 @@ def load_workdir(workdir, config):
   if names is None:
     raise DataError(f"{os.path.join(workdir, data_lib.LABELS_FILENAME)} does not exist: give the "
                     "--workdir of an inception_finetune training run, or pass --saved_model")
-  model = task_lib.build_model(config, len(names))
+  model = task_lib.build_model(config, settings, len(names))
   predict_lib.restore_weights(model, workdir)
   logits = task_lib.make_predict_fn(model)
-  size, fraction = settings.image_size, settings.central_fraction
+  size, fraction = settings.image_size, settings.eval.central_fraction
 
   def probabilities(image):
     prepared = preprocessing.preprocess_for_eval(tf.constant(image), size, size, fraction)

@@ -85,9 +85,10 @@ def validate_config(config):
 CALIBRATION_IMAGES = 256
 
 
-def build_model(config, num_classes):
+def build_model(config, settings, num_classes):
+  """Inception V4 of the config's model section for the data settings' image size."""
   model_cfg = config.model
-  size = config.data.image_size
+  size = settings.image_size
   return inception_v4.inception_v4(
       num_classes=num_classes, input_shape=(size, size, 3), aux_logits=model_cfg.aux_logits,
       dropout_rate=model_cfg.dropout_rate, weight_decay=model_cfg.weight_decay,
@@ -289,7 +290,8 @@ def export_model(model, path, image_size, central_fraction, class_names):
 def input_fingerprint(batch_size, settings, data):
   """What the checkpointed input position depends on: resuming with other values is refused."""
   return {"train.batch_size": batch_size, "data.image_size": settings.image_size,
-          "data.shuffle_buffer": settings.shuffle_buffer, "data.oversample_to": settings.oversample_to,
+          "data.shuffle_buffer": settings.source.shuffle_buffer,
+          "data.oversample_to": settings.train.oversample_to,
           "train files": listing.files_fingerprint(data.train_files),
           "train images": int(data.train_counts.sum())}
 
@@ -316,15 +318,15 @@ def make_task(config, workdir, for_training=True):
       name=NAME,
       train_dataset=data.train,
       eval_dataset=data.eval,
-      build_model=lambda: build_model(config, data.num_classes),
+      build_model=lambda: build_model(config, settings, data.num_classes),
       make_phases=lambda model, mixed_precision: make_phases(config, model, mixed_precision),
       loss_fn=make_loss_fn(data.num_classes, config.label_smoothing, config.finetune.aux_loss_weight),
       make_predict_fn=make_predict_fn,
       evaluate=evaluate,
       saved_model_predict_fn=saved_model_predict_fn,
-      export=lambda model, path: export_model(model, path, settings.image_size, settings.central_fraction,
+      export=lambda model, path: export_model(model, path, settings.image_size, settings.eval.central_fraction,
                                               data.class_names),
-      describe=(f"{settings.source} data, {data.num_classes} classes, "
+      describe=(f"{settings.source.source} data, {data.num_classes} classes, "
                 f"{settings.image_size}x{settings.image_size}; "
                 f"phases: head ({config.trainable_scopes}), unfrozen "
                 f"(+{config.finetune.unfreeze_last_blocks} blocks)"),

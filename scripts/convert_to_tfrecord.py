@@ -37,11 +37,11 @@ from common.app import cli
 from common.contract.errors import first_line
 from common.contract.errors import UserError
 from common.contract.errors import WorkdirError
-from common.data import class_masks
 from common.data import tfrecords
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
-from segmentation import data as seg_data
+from segmentation import class_masks
+from segmentation import sources as seg_sources
 
 _VOC_ROOT = flags.DEFINE_string("voc_root", None, "A Pascal VOC 2012 folder (JPEGImages/, SegmentationClass/, ...).")
 _SPLIT = flags.DEFINE_string("split", "train", "With --voc_root: the ImageSets/Segmentation split to convert.")
@@ -118,10 +118,10 @@ _ERRNO = {tf.errors.PermissionDeniedError: errno.EACCES, tf.errors.ResourceExhau
 def list_pairs(voc_root=None, split="train", images_dir=None, masks_dir=None, split_file=None):
   """The (image, mask) pairs of a VOC split, or of the images and masks folders."""
   if voc_root:
-    return seg_data.list_folder_pairs(*seg_data.voc_paths(voc_root, split))
+    return seg_sources.list_folder_pairs(*seg_sources.voc_paths(voc_root, split))
   if not (images_dir and masks_dir):
     raise UserError("give --voc_root, or --images_dir and --masks_dir")
-  return seg_data.list_folder_pairs(images_dir, masks_dir, split_file)
+  return seg_sources.list_folder_pairs(images_dir, masks_dir, split_file)
 
 
 def run(num_classes, output_prefix, voc_root=None, split="train", images_dir=None, masks_dir=None, split_file=None,

@@ -25,17 +25,20 @@ import math
 
 import tensorflow as tf
 
+from common.contract import checks
 from common.data import pipeline
 
 # Each draw's seed is the element's seed folded with its own number, so that no two draws share one
 # and sample_patches' crop (which takes the element's seed itself) shares none.
 GEOMETRY, BRIGHTNESS, CONTRAST, SATURATION, HUE = range(1, 6)
+# data.augment.scale_range's bound: at 4 an image has 16 times its pixels to resize before the crop.
+MAX_SCALE = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
   """What configs/segmentation.py's data.augment section says, read and checked by
-  segmentation/data.read_settings; the defaults are all off."""
+  segmentation/data.read_settings (the TrainSettings' augment); the defaults are all off."""
   scale_range: tuple = (1.0, 1.0)  # (low, high) factors
   crop_padding: int = 0  # pixels around the scaled image
   flip: bool = False
@@ -43,6 +46,18 @@ class Augmentation:
   contrast: float = 0.0  # each image's contrast times a factor in [1 - contrast, 1 + contrast]
   saturation: float = 0.0  # saturation times a factor in [1 - saturation, 1 + saturation]
   hue: float = 0.0  # hue turned by at most this fraction of the colour wheel
+
+  CHECKS = {
+      "scale_range": checks.Check(
+          lambda v: (isinstance(v, (tuple, list)) and len(v) == 2 and all(checks.POSITIVE.ok(x) for x in v)
+                     and v[0] <= v[1] <= MAX_SCALE), f"(low, high) with 0 < low <= high <= {MAX_SCALE:g}"),
+      "crop_padding": checks.NON_NEGATIVE_INT,
+      "flip": checks.BOOL,
+      "brightness": checks.FRACTION,
+      "contrast": checks.FRACTION,
+      "saturation": checks.FRACTION,
+      "hue": checks.number(0, 0.5),  # half the colour wheel either way reaches every hue
+  }
 
   @property
   def moves(self):

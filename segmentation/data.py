@@ -1,8 +1,8 @@
 """Segmentation inputs: synthetic scenes, image/mask folders, Pascal VOC, TFRecords and .npy patches.
 
-Every source becomes the same two pipelines (segmentation/input_pipeline.py): endless random patches
-to train on, whole images in order to evaluate. Images stay uint8: the model normalizes them in its
-first layer, so that the exported SavedModel takes uint8 images too.
+Every source (sources.py) becomes the same two pipelines (input_pipeline.py): endless random patches to
+train on, whole images in order to evaluate. Images stay uint8: the model normalizes them in its first
+layer, so that the exported SavedModel takes uint8 images too.
 
 Files are checked up front (every image and mask, or every TFRecord, decoded
 with TensorFlow's decoders in a thread pool, masks also read with PIL for their
@@ -11,9 +11,10 @@ counted in the data report with data.skip_bad_files. Pipelines read from files
 only, so no array becomes a graph constant and the train iterator can be
 checkpointed.
 
-read_settings is the one reader of the config's data section: it reads every key once into a frozen
-DataSettings and checks every value, before any file is listed. The rest of the module takes the
-settings and hands plain values to the readers and checks of common/data.
+read_settings reads the config's data section once, through common/contract/settings.read, into a
+frozen DataSettings of groups (SourceSettings, TrainSettings, EvalSettings), each checking its own
+values, before any file is listed; make_datasets, sources.py and input_pipeline.py take the
+settings and hand plain values to the readers and checks of common/data.
 """
 import dataclasses
 import os
@@ -23,74 +24,37 @@ import tensorflow as tf
 
 from common.contract import bounds
 from common.contract import checks
+from common.contract import settings as settings_lib
 from common.contract.errors import ConfigError
-from common.contract.errors import DataError
 from common.data import class_labels
-from common.data import class_masks
 from common.data import image_checks
-from common.data import listing
 from common.data import normalization
-from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
 from segmentation import augment as augment_lib
-from segmentation import inference
 from segmentation import input_pipeline
-from segmentation import record_sources
+from segmentation import sources as sources_lib
 from segmentation import synthetic
 
 SOURCES = ("synthetic", "folder", "voc", "tfrecord", "npy")
-MASK_EXTENSION = ".png"
 VOC_CLASS_NAMES = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
     "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
     "tvmonitor")
-VOC_SPLITS = ("train", "val")
 # Optional, in a VOC root: one class name per line, class 0 first (VOC's own 21 names are known).
 VOC_CLASS_NAMES_FILE = "class_names.txt"
-# data.augment.scale_range's bound: at 4 an image has 16 times its pixels to resize before the crop.
-MAX_SCALE = 4.0
-AUGMENT_CHECKS = {
-    "data.augment.scale_range": checks.Check(
-        lambda v: (isinstance(v, (tuple, list)) and len(v) == 2 and all(checks.POSITIVE.ok(x) for x in v)
-                   and v[0] <= v[1] <= MAX_SCALE), f"(low, high) with 0 < low <= high <= {MAX_SCALE:g}"),
-    "data.augment.crop_padding": checks.NON_NEGATIVE_INT,
-    "data.augment.flip": checks.BOOL,
-    "data.augment.brightness": checks.FRACTION,
-    "data.augment.contrast": checks.FRACTION,
-    "data.augment.saturation": checks.FRACTION,
-    "data.augment.hue": checks.number(0, 0.5),  # half the colour wheel either way reaches every hue
-}
-# bounds.check's: the data section's counts and sizes (data.augment.crop_padding: below data.patch_size).
-BOUNDS = {
-    **dict.fromkeys(["data.patch_size", "data.image_size"], bounds.SIDE),
-    "data.num_classes": (255, "masks are 8-bit, with room for data.ignore_label"),
-    "data.patches_per_image": (1024, "patches cut from one image per epoch, each a training example"),
-    "data.shuffle_buffer": bounds.SHUFFLE,
-    "data.eval_batch_size": bounds.BATCH,
-    "data.eval_max_pixels": (2**28, "the pixels one call of the network sees: float32 logits of 2^28 "
-                             "pixels are a GB per class"),
-    **dict.fromkeys(["data.num_train_images", "data.num_eval_images"], bounds.IMAGES),
-}
 
 
 @dataclasses.dataclass(frozen=True)
-class DataSettings:
-  """The config's data section read once and checked (read_settings): a field per key of
-  configs/segmentation.py, which says what each does, in its order; its sequence a tuple."""
+class SourceSettings:
+  """What the source is and holds: its kind, its classes, its files or its synthetic scenes, how bad
+  and duplicate files are met (configs/segmentation.py says what each key does)."""
   source: str
   num_classes: int
   ignore_label: int
-  patch_size: int
-  patches_per_image: int
-  augment: augment_lib.Augmentation  # the data.augment section
-  normalization: str
+  class_names: tuple  # of str; () = the source's names
   skip_bad_files: bool
   duplicates: str
-  shuffle_buffer: int
-  class_names: tuple  # of str
-  eval_batch_size: int
-  eval_max_pixels: int
   eval_fraction: float
   cache_dir: str
   image_size: int
@@ -109,6 +73,87 @@ class DataSettings:
   eval_labels: str
   npy_pixel_max: float
 
+  CHECKS = {
+      "skip_bad_files": checks.BOOL,
+      "class_names": checks.sequence_of(checks.STRING, "a sequence of strings (() = the source's names)"),
+      "npy_pixel_max": checks.POSITIVE,
+  }
+  BOUNDS = {
+      "image_size": bounds.SIDE,
+      "num_classes": (255, "masks are 8-bit, with room for data.ignore_label"),
+      **dict.fromkeys(["num_train_images", "num_eval_images"], bounds.IMAGES),
+  }
+
+  def __post_init__(self):
+    if self.source not in SOURCES:
+      raise ConfigError(f"data.source '{self.source}' is unknown; choose one of {', '.join(SOURCES)}")
+    if self.num_classes < 2:
+      raise ConfigError(f"data.num_classes must be >= 2, got {self.num_classes}")
+    if not self.num_classes <= self.ignore_label <= 255:
+      raise ConfigError(f"data.ignore_label must be in [num_classes, 255] (masks are 8-bit), "
+                        f"got {self.ignore_label}")
+    if not 0 < self.eval_fraction < 1:
+      raise ConfigError(f"data.eval_fraction must be in (0, 1), got {self.eval_fraction}")
+    if self.class_names and len(self.class_names) != self.num_classes:
+      raise ConfigError(f"data.class_names has {len(self.class_names)} names for {self.num_classes} classes")
+    text_inputs.check_duplicates_mode(self.duplicates)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+  """What the training pipeline cuts: patches, how many per image, their augmentation (data.augment),
+  the shuffle."""
+  patch_size: int
+  patches_per_image: int
+  shuffle_buffer: int
+  augment: augment_lib.Augmentation
+
+  BOUNDS = {
+      "patch_size": bounds.SIDE,
+      "patches_per_image": (1024, "patches cut from one image per epoch, each a training example"),
+      "shuffle_buffer": bounds.SHUFFLE,
+  }
+
+  def __post_init__(self):
+    _at_least_one(self, "patch_size", "patches_per_image", "shuffle_buffer")
+    if self.augment.crop_padding >= self.patch_size:
+      raise ConfigError(f"data.augment.crop_padding={self.augment.crop_padding} must be below data.patch_size="
+                        f"{self.patch_size}: a patch could fall wholly in the padding, which has no label")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+  """How the evaluation reads whole images: batches, and the largest image evaluated whole."""
+  eval_batch_size: int
+  eval_max_pixels: int
+
+  BOUNDS = {
+      "eval_batch_size": bounds.BATCH,
+      "eval_max_pixels": (2**28, "the pixels one call of the network sees: float32 logits of 2^28 "
+                          "pixels are a GB per class"),
+  }
+
+  def __post_init__(self):
+    _at_least_one(self, "eval_batch_size", "eval_max_pixels")
+
+
+def _at_least_one(settings, *keys):
+  for key in keys:
+    if getattr(settings, key) < 1:
+      raise ConfigError(f"data.{key} must be >= 1, got {getattr(settings, key)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The config's data section read once and checked (read_settings), in groups by what they serve;
+  normalization serves the model's first layer."""
+  source: SourceSettings
+  train: TrainSettings
+  eval: EvalSettings
+  normalization: str
+
+  CHECKS = {"normalization": checks.one_of(*normalization.SCHEMES)}
+
 
 def read_settings(data_cfg, for_training=True):
   """DataSettings of the config's data section, every value checked: a ConfigError naming the key.
@@ -116,51 +161,13 @@ def read_settings(data_cfg, for_training=True):
   Called at start-up (task.validate_config, predict), before any file is listed or written.
   for_training=False (an evaluation, predict): the keys of the training files may be empty.
   """
-  values = {field.name: data_cfg[field.name] for field in dataclasses.fields(DataSettings)}
-  checks.check_values({"data": values}, {
-      "data.normalization": checks.one_of(*normalization.SCHEMES),
-      "data.skip_bad_files": checks.BOOL,
-      "data.class_names": checks.sequence_of(checks.STRING,
-                                             "a sequence of strings (() = the source's names)"),
-      "data.npy_pixel_max": checks.POSITIVE,
-  } | AUGMENT_CHECKS)
-  bounds.check({"data": values}, BOUNDS)
-  settings = DataSettings(**dict(values, class_names=tuple(values["class_names"]),
-                                 augment=_read_augmentation(values["augment"])))
-  _check_values(settings)
-  _check_source_keys(settings, for_training)
+  settings = settings_lib.read(DataSettings, data_cfg, "data")
+  _check_source_keys(settings.source, for_training)
   return settings
 
 
-def _read_augmentation(section):
-  values = {field.name: section[field.name] for field in dataclasses.fields(augment_lib.Augmentation)}
-  return augment_lib.Augmentation(**dict(values, scale_range=tuple(values["scale_range"])))
-
-
-def _check_values(settings):
-  if settings.source not in SOURCES:
-    raise ConfigError(f"data.source '{settings.source}' is unknown; choose one of {', '.join(SOURCES)}")
-  if settings.num_classes < 2:
-    raise ConfigError(f"data.num_classes must be >= 2, got {settings.num_classes}")
-  if not settings.num_classes <= settings.ignore_label <= 255:
-    raise ConfigError(f"data.ignore_label must be in [num_classes, 255] (masks are 8-bit), "
-                      f"got {settings.ignore_label}")
-  for key in ("patch_size", "patches_per_image", "shuffle_buffer", "eval_batch_size", "eval_max_pixels"):
-    if getattr(settings, key) < 1:
-      raise ConfigError(f"data.{key} must be >= 1, got {getattr(settings, key)}")
-  if settings.augment.crop_padding >= settings.patch_size:
-    raise ConfigError(f"data.augment.crop_padding={settings.augment.crop_padding} must be below data.patch_size="
-                      f"{settings.patch_size}: a patch could fall wholly in the padding, which has no label")
-  if not 0 < settings.eval_fraction < 1:
-    raise ConfigError(f"data.eval_fraction must be in (0, 1), got {settings.eval_fraction}")
-  if settings.class_names and len(settings.class_names) != settings.num_classes:
-    raise ConfigError(f"data.class_names has {len(settings.class_names)} names for {settings.num_classes} "
-                      "classes")
-  text_inputs.check_duplicates_mode(settings.duplicates)
-
-
 def _check_source_keys(settings, for_training):
-  """What data.source needs: its sizes (synthetic) or the keys naming its files, set."""
+  """What data.source needs (SourceSettings): its sizes (synthetic) or the keys naming its files, set."""
   if settings.source == "synthetic":
     if not 2 <= settings.num_classes <= len(synthetic.CLASS_NAMES):
       raise ConfigError(f"data.num_classes must be 2..{len(synthetic.CLASS_NAMES)} for synthetic scenes, "
@@ -229,27 +236,32 @@ def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_tr
   Returns:
     SegmentationData.
   """
-  (train_source, eval_source), train_files = _make_sources(settings, seed, workdir, for_training, tiled)
+  source = settings.source
+  # Evaluated whole (not tiled), an image over data.eval_max_pixels is refused before training.
+  max_pixels = None if tiled else settings.eval.eval_max_pixels
+  (train_source, eval_source), train_files = sources_lib.make_sources(source, seed, workdir, for_training,
+                                                                      max_pixels)
   train = input_pipeline.make_train(
-      train_source, batch_size, seed, patch_size=settings.patch_size,
-      patches_per_image=settings.patches_per_image, shuffle_buffer=settings.shuffle_buffer,
-      ignore_label=settings.ignore_label, augmentation=settings.augment) if for_training else None
-  eval_batch_size = settings.eval_batch_size if eval_source.image_size else 1
-  evaluation = input_pipeline.make_eval(eval_source, settings.ignore_label, pad_multiple, eval_batch_size)
-  logging.info("segmentation data: %s, %s eval images, %d classes", settings.source,
+      train_source, batch_size, seed, patch_size=settings.train.patch_size,
+      patches_per_image=settings.train.patches_per_image, shuffle_buffer=settings.train.shuffle_buffer,
+      ignore_label=source.ignore_label, augmentation=settings.train.augment) if for_training else None
+  eval_batch_size = settings.eval.eval_batch_size if eval_source.image_size else 1
+  evaluation = input_pipeline.make_eval(eval_source, source.ignore_label, pad_multiple, eval_batch_size)
+  logging.info("segmentation data: %s, %s eval images, %d classes", source.source,
                (f"{train_source.size:,} train images, " if for_training else "") + f"{eval_source.size:,}",
-               settings.num_classes)
+               source.num_classes)
   report = image_checks.skip_report({"train": list(train_source.skipped) if for_training else [],
                                     "eval": list(eval_source.skipped)})
-  return SegmentationData(train=train, eval=evaluation, num_classes=settings.num_classes,
-                          class_names=class_names(settings), ignore_label=settings.ignore_label,
+  return SegmentationData(train=train, eval=evaluation, num_classes=source.num_classes,
+                          class_names=class_names(source), ignore_label=source.ignore_label,
                           num_eval_images=eval_source.size,
                           num_train_images=train_source.size if for_training else 0,
                           train_files=train_files, data_report=report)
 
 
 def class_names(settings):
-  """data.class_names; else the source's: synthetic, a VOC root's class_names.txt, VOC's 21; else None."""
+  """data.class_names of the SourceSettings; else the source's: synthetic, a VOC root's
+  class_names.txt, VOC's 21; else None."""
   if settings.class_names:
     return settings.class_names
   if settings.source == "synthetic":
@@ -261,140 +273,3 @@ def class_names(settings):
     if settings.num_classes == len(VOC_CLASS_NAMES):
       return VOC_CLASS_NAMES
   return None
-
-
-def _make_sources(settings, seed, workdir, for_training, tiled):
-  """((train source, eval source), the training (image, mask) files or None) of the settings' source;
-  for an evaluation (for_training=False), (None, eval source) and None."""
-  if settings.source == "tfrecord":
-    return record_sources.tfrecord_sources(settings, for_training, tiled), None
-  if settings.source == "npy":
-    return record_sources.npy_sources(settings, for_training), None
-  train, evaluation = _checked_splits(settings, seed, workdir, for_training, tiled)
-  if not for_training:
-    return (None, _pairs_source(*evaluation)), None
-  return (_pairs_source(*train), _pairs_source(*evaluation)), train[0]
-
-
-# Sources of image and mask files: synthetic scenes, folders, Pascal VOC.
-
-
-def _checked_splits(settings, seed, workdir, for_training, tiled):
-  """[(train pairs, infos, skipped names), (eval pairs, infos, skipped names)], every file checked;
-  the first is None for an evaluation."""
-  if settings.source == "synthetic":
-    folders = synthetic.write_scenes(sources.synthetic_cache_dir(settings.cache_dir, workdir), seed,
-                                     settings.image_size, settings.num_train_images, settings.num_eval_images,
-                                     settings.num_classes)
-    splits = [list_folder_pairs(*folders[split]) for split in ("train", "eval")]
-  elif settings.source == "voc":
-    images_dir, masks_dir, train_file = voc_paths(settings.voc_root, settings.train_split or VOC_SPLITS[0])
-    eval_file = voc_paths(settings.voc_root, settings.eval_split or VOC_SPLITS[1])[2]
-    splits = _split_file_pairs(images_dir, masks_dir, train_file, eval_file, settings.duplicates,
-                               for_training)
-  else:
-    splits = _folder_splits(settings, for_training)
-  checked = [class_masks.checked_pairs(pairs, settings.num_classes, settings.ignore_label,
-                                       settings.skip_bad_files)
-             if for_training or split == 1 else None for split, pairs in enumerate(splits)]
-  if not tiled:  # evaluated whole: an image over the bound is refused before training
-    for (image_path, _), info in zip(*checked[1][:2]):
-      image_checks.check_eval_size(image_path, (info.height, info.width), settings.eval_max_pixels,
-                                   tiles_key=inference.WINDOW_KEY)
-  return checked
-
-
-def _folder_splits(settings, for_training):
-  if settings.train_split:
-    return _split_file_pairs(settings.images_dir, settings.masks_dir, settings.train_split,
-                             settings.eval_split, settings.duplicates, for_training)
-  pairs = list_folder_pairs(settings.images_dir, settings.masks_dir)
-  if len(pairs) < 2:
-    raise DataError(f"{pairs[0][0]}: one image cannot be split into train and eval; "
-                    "add images or set data.train_split and data.eval_split")
-  return sources.split_by_hash(pairs, settings.eval_fraction, path_fn=lambda pair: pair[0])
-
-
-def voc_paths(voc_root, split):
-  """(images_dir, masks_dir, split file) of a Pascal VOC 2012 layout."""
-  return (os.path.join(voc_root, "JPEGImages"), os.path.join(voc_root, "SegmentationClass"),
-          os.path.join(voc_root, "ImageSets", "Segmentation", f"{split}.txt"))
-
-
-def read_split_file(path, duplicates="error"):
-  """{image id: line number}: the first word of each line (Pascal VOC's ImageSets format).
-
-  An id listed twice is a DataError, or with duplicates="warn" a warning.
-  """
-  entries = [(line.split()[0], None, n) for n, line in text_inputs.read_text_lines(path, "split file")]
-  if not entries:
-    raise DataError(f"{path}: split file lists no image ids")
-  return {image_id: n for image_id, _, n in text_inputs.first_entries(entries, path, "image id", duplicates)}
-
-
-def _split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates, for_training):
-  """split_file_pairs; for an evaluation, [None, the eval file's pairs] (the train file unread)."""
-  if for_training:
-    return split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates)
-  return [None, list_folder_pairs(images_dir, masks_dir, eval_file, duplicates)]
-
-
-def split_file_pairs(images_dir, masks_dir, train_file, eval_file, duplicates="error"):
-  """[train pairs, eval pairs] of the ids of two split files; an id in both is reported (data.duplicates)."""
-  train_ids, eval_ids = (read_split_file(path, duplicates) for path in (train_file, eval_file))
-  text_inputs.check_overlap({i: f"{train_file}:{n}" for i, n in train_ids.items()},
-                            {i: f"{eval_file}:{n}" for i, n in eval_ids.items()}, "image id", duplicates)
-  images = _list_images(images_dir)
-  return [_pairs_of_ids(images, images_dir, masks_dir, ids, path)
-          for ids, path in ((train_ids, train_file), (eval_ids, eval_file))]
-
-
-def list_folder_pairs(images_dir, masks_dir, split_file=None, duplicates="error"):
-  """Sorted (image path, mask path) pairs; masks are <masks_dir>/<image name>.png.
-
-  Args:
-    images_dir: the images, with any extension of common/data/listing.IMAGE_EXTENSIONS.
-    masks_dir: PNG masks of class ids (or palette PNGs whose indices are class ids).
-    split_file: optional file of image ids (names without extension); None takes every image.
-    duplicates: what an id listed twice in split_file is: "error" or "warn".
-  """
-  images = _list_images(images_dir)
-  ids = {image_id: None for image_id in sorted(images)} if split_file is None else read_split_file(
-      split_file, duplicates)
-  return _pairs_of_ids(images, images_dir, masks_dir, ids, split_file)
-
-
-def _list_images(images_dir):
-  """{image id: path} of the images of a folder."""
-  images = {}
-  for path in listing.list_files(images_dir, listing.IMAGE_EXTENSIONS):
-    image_id = os.path.splitext(os.path.basename(path))[0]
-    if image_id in images:
-      raise DataError(f"{images_dir}: two images are named {image_id} ({images[image_id]}, {path})")
-    images[image_id] = path
-  return images
-
-
-def _pairs_of_ids(images, images_dir, masks_dir, ids, split_file):
-  """(image, mask) of each id of {id: line number in split_file (None without one)}."""
-  pairs = []
-  for image_id, line in ids.items():
-    if image_id not in images:
-      raise DataError(f"{split_file}:{line}: image id '{image_id}' has no image in {images_dir}")
-    mask = os.path.join(masks_dir, image_id + MASK_EXTENSION)
-    if not os.path.lexists(mask):  # a link to nothing passes, for check_pair to name it
-      raise DataError(f"image {images[image_id]} has no mask {mask}")
-    pairs.append((images[image_id], mask))
-  return pairs
-
-
-def _pairs_source(pairs, infos, skipped=()):
-  decode_mask = class_masks.mask_decoder(pairs, infos)
-  sizes = {(info.height, info.width) for info in infos}
-
-  def load(image_path, mask_path):
-    return image_checks.decode_image(tf.io.read_file(image_path), 3), decode_mask(tf.io.read_file(mask_path))
-
-  columns = tuple(list(column) for column in zip(*pairs))
-  return input_pipeline.Source(lambda seed: pipeline.read_files(columns, load, seed), len(pairs),
-                               sizes.pop() if len(sizes) == 1 else None, skipped)

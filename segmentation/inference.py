@@ -54,10 +54,11 @@ class Inference:
     return tf.maximum(self.max_pixels // (self.window ** 2 * batch), 1)
 
 
-def read_inference(config):
-  """Inference of config.eval, every value checked: a ConfigError naming the key."""
+def read_inference(config, max_pixels):
+  """Inference of config.eval, every value checked: a ConfigError naming the key. max_pixels:
+  data.eval_max_pixels, as the data settings read it (EvalSettings)."""
   checks.check_values(config, CHECKS)
-  section, max_pixels = config.eval, config.data.eval_max_pixels
+  section = config.eval
   if section.stride and not section.window:
     raise ConfigError(f"eval.stride={section.stride} is the step between windows, and eval.window=0 evaluates "
                       "whole images: set eval.window too, or leave eval.stride at 0")

@@ -1,4 +1,4 @@
-"""The two pipelines every segmentation source becomes (segmentation/data.py makes the sources).
+"""The two pipelines every segmentation source becomes (segmentation/sources.py makes the sources).
 
   train: endless, shuffled with the seed; random patch_size x patch_size crops
     of image and mask together, several per image, cut inside tf.data, with the

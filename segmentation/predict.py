@@ -63,7 +63,7 @@ def load_saved_model(saved_model, inference=inference_lib.Inference()):
 def load_workdir(workdir, config, settings, inference):
   """images -> (class ids, class names) of a run's best weights, else its newest checkpoint (config:
   the run's; settings: its data settings, data.read_settings; inference: inference.read_inference)."""
-  names = data_lib.class_names(settings) or tuple(str(c) for c in range(settings.num_classes))
+  names = data_lib.class_names(settings.source) or tuple(str(c) for c in range(settings.source.num_classes))
   model = task_lib.build_model(config, settings)
   predict_lib.restore_weights(model, workdir)
   return classifier(task_lib.model_forward(model, task_lib.pad_multiple(config)), inference, names)
@@ -87,8 +87,8 @@ def predict_files(paths, output_dir, config, *, saved_model=None, workdir=None, 
   where config.eval's windows stream (inference.streams) PIL's bound, photos.MAX_PIXELS. No output
   may exist already, nor two photos share one (check_outputs)."""
   settings = data_lib.read_settings(config.data, for_training=False)
-  inference = inference_lib.read_inference(config)
-  max_pixels = max_pixels or (None if inference.streams else settings.eval_max_pixels)
+  inference = inference_lib.read_inference(config, settings.eval.eval_max_pixels)
+  max_pixels = max_pixels or (None if inference.streams else settings.eval.eval_max_pixels)
   tiles_key = None if inference.window else inference_lib.WINDOW_KEY
   listed = predict_lib.photo_paths(paths, max_pixels, tiles_key, OUTPUTS)
   stems = check_outputs(listed, output_dir)

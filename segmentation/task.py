@@ -42,7 +42,7 @@ def validate_config(config, for_training=True):
   (data.read_settings checks every data value; for_training=False: an evaluation's, without the
   training files' keys)."""
   settings = data_lib.read_settings(config.data, for_training)
-  inference = inference_lib.read_inference(config)
+  inference = inference_lib.read_inference(config, settings.eval.eval_max_pixels)
   checks.check_values(config, {
       "model.widths": checks.POSITIVE_INTS,
       "model.weight_decay": checks.NON_NEGATIVE,
@@ -59,17 +59,18 @@ def validate_config(config, for_training=True):
       "loss.lovasz_weight": checks.NON_NEGATIVE,
       "eval.overlays_every": checks.NON_NEGATIVE_INT,  # 0 = off
   })
+  patch_size = settings.train.patch_size
   bounds.check(config, {"model.widths": bounds.CHANNELS, "eval.overlays_every": bounds.STEPS, "loss.ohem_min_kept": (
-      settings.patch_size ** 2, "the pixels of a patch (data.patch_size squared), of which it keeps the hardest")})
+      patch_size ** 2, "the pixels of a patch (data.patch_size squared), of which it keeps the hardest")})
   stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
-  if settings.patch_size % stride:
-    raise ConfigError(f"data.patch_size={settings.patch_size} is not divisible by the model's total "
+  if patch_size % stride:
+    raise ConfigError(f"data.patch_size={patch_size} is not divisible by the model's total "
                       f"stride {stride} (model.widths={tuple(config.model.widths)}, "
                       f"model.output_stride={config.model.output_stride})")
   weights = tuple(config.loss.class_weights)
-  if weights and len(weights) != settings.num_classes:
+  if weights and len(weights) != settings.source.num_classes:
     raise ConfigError(f"loss.class_weights has {len(weights)} entries, data.num_classes is "
-                      f"{settings.num_classes}")
+                      f"{settings.source.num_classes}")
   if weights and not any(weights):
     raise ConfigError(f"loss.class_weights={weights} are all 0: the loss would be 0 and nothing would train")
   loss = config.loss
@@ -140,7 +141,7 @@ def evaluation_summaries(examples, confusion, class_names, ignore_label):
 
 def build_model(config, settings):
   """The network of the config's model section for the data settings' classes and normalization."""
-  return model_lib.build_model(settings.num_classes, tuple(config.model.widths), config.model.weight_decay,
+  return model_lib.build_model(settings.source.num_classes, tuple(config.model.widths), config.model.weight_decay,
                                settings.normalization, config.model.sync_batch_norm,
                                config.model.output_stride, tuple(config.model.context_rates))
 
@@ -176,14 +177,15 @@ def export_model(model, path, multiple, class_names):
 
 def input_fingerprint(settings, batch_size, data):
   """What the checkpointed input position depends on: resuming with other values is refused."""
+  source, train = settings.source, settings.train
   if data.train_files:
     files = [image for image, _ in data.train_files]
-  elif settings.source == "tfrecord":
-    files = tfrecords.list_tfrecord_files(settings.train_pattern)
+  elif source.source == "tfrecord":
+    files = tfrecords.list_tfrecord_files(source.train_pattern)
   else:
-    files = [settings.train_images, settings.train_labels]
-  return {"train.batch_size": batch_size, "data.patch_size": settings.patch_size,
-          "data.patches_per_image": settings.patches_per_image, "data.shuffle_buffer": settings.shuffle_buffer,
+    files = [source.train_images, source.train_labels]
+  return {"train.batch_size": batch_size, "data.patch_size": train.patch_size,
+          "data.patches_per_image": train.patches_per_image, "data.shuffle_buffer": train.shuffle_buffer,
           "train files": listing.files_fingerprint(files), "train images": data.num_train_images}
 
 
@@ -203,14 +205,14 @@ def make_task(config, workdir, for_training=True):
   def evaluate(predict, from_saved_model):
     del from_saved_model  # the SavedModel takes the same uint8 images
     sampler = evaluation.EvalSampler(data.eval, predict, max(config.summaries.max_outputs, REPORT_OVERLAYS))
-    confusion = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes, settings.ignore_label)
+    confusion = metrics.evaluate(sampler.predict, sampler.batches(), data.num_classes, settings.source.ignore_label)
     examples = sampler.examples
     return task_lib.Evaluation(
         metrics.metrics_from_confusion(confusion, data.class_names),
         lambda directory: metrics.write_report(directory, confusion, class_names, examples[:REPORT_OVERLAYS],
-                                               settings.ignore_label),
+                                               settings.source.ignore_label),
         lambda: evaluation_summaries(examples[:config.summaries.max_outputs], confusion, class_names,
-                                     settings.ignore_label))
+                                     settings.source.ignore_label))
 
   return task_lib.Task(
       name=NAME,
@@ -219,20 +221,20 @@ def make_task(config, workdir, for_training=True):
       build_model=lambda: build_model(config, settings),
       make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
-      loss_fn=make_loss_fn(settings.ignore_label, config.loss),
+      loss_fn=make_loss_fn(settings.source.ignore_label, config.loss),
       make_predict_fn=lambda model: make_predict_fn(model_forward(model, multiple), inference),
       evaluate=evaluate,
       # Eager: scripts/export.py passes its runtimes' stand-ins for the signature (ONNX, LiteRT).
       saved_model_predict_fn=lambda serve: functools.partial(
           inference_lib.image_logits, lambda images: serve(images=images)["logits"], inference=inference),
       export=lambda model, path: export_model(model, path, multiple, class_names),
-      describe=f"{settings.source} data, {settings.patch_size}x{settings.patch_size} patches",
-      image_summaries_fn=make_image_summaries(class_names, settings.ignore_label),
+      describe=f"{settings.source.source} data, {settings.train.patch_size}x{settings.train.patch_size} patches",
+      image_summaries_fn=make_image_summaries(class_names, settings.source.ignore_label),
       train_files=data.train_files,
       input_fingerprint=input_fingerprint(settings, config.train.batch_size, data) if for_training else {},
       data_report=data.data_report,
       headline_metrics=("miou", "pixel_accuracy"),
       make_actions=lambda model, summaries: overlays.make_overlay_actions(
           config.eval.overlays_every, data.eval, config.summaries.max_outputs,
-          make_predict_fn(model_forward(model, multiple), inference), class_names, settings.ignore_label,
+          make_predict_fn(model_forward(model, multiple), inference), class_names, settings.source.ignore_label,
           summaries.train))

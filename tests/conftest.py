@@ -153,10 +153,12 @@ def inception_smoke_checkpoint(tmp_path_factory, worker_id):
   tests/test_export.py and tests/test_predict.py copy it into the runs they write."""
   def write(root):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from inception_finetune import data  # pylint: disable=g-import-not-at-top
     from inception_finetune import task  # pylint: disable=g-import-not-at-top
     config = helpers.make_config("inception_v4", "smoke")
     tf.keras.utils.set_random_seed(0)
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=task.build_model(config, config.data.num_classes)),
+    model = task.build_model(config, data.read_settings(config.data), config.data.num_classes)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
                                str(root / "checkpoints"), max_to_keep=1).save(checkpoint_number=1)
 
   return lambda: written_once(tmp_path_factory, worker_id, "inception_smoke_untrained", write) / "checkpoints"

@@ -1,5 +1,6 @@
 """Helpers the test modules share: configs with overrides, TensorBoard events, subprocess runs and
 servers, stand-in inputs (a VOC folder, a TF-Slim Inception V4 checkpoint)."""
+import dataclasses
 import glob
 import gzip
 import importlib
@@ -37,6 +38,17 @@ def make_config(trainer_config, preset="smoke", **overrides):
       node = node[part]
     node[leaf] = value
   return config
+
+
+def settings_keys(settings, section):
+  """The keys of a config section that its frozen settings (common/contract/settings.read) hold, in
+  their groups: a subsection (data.augment) by its own name."""
+  keys = []
+  for field in dataclasses.fields(settings):
+    value = getattr(settings, field.name)
+    subsection = field.name in section and hasattr(section[field.name], "keys")
+    keys += settings_keys(value, section) if dataclasses.is_dataclass(value) and not subsection else [field.name]
+  return keys
 
 
 def read_events(logdir):

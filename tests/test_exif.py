@@ -8,10 +8,10 @@ from PIL import Image
 import pytest
 
 from common.app import cli
-from common.data import class_masks
 from common.data import image_checks
 from helpers import make_config
-from segmentation import data as seg_data
+from segmentation import class_masks
+from segmentation import sources as seg_sources
 from segmentation import train
 
 
@@ -55,5 +55,5 @@ def test_an_exif_6_photo_with_a_mask_is_one_line_naming_it(skip_bad_files, tmp_p
 
 def test_orientation_1_photos_pass_the_check(tmp_path):
   write_folder(str(tmp_path), 1)
-  pairs = seg_data.list_folder_pairs(str(tmp_path / "images"), str(tmp_path / "masks"))
+  pairs = seg_sources.list_folder_pairs(str(tmp_path / "images"), str(tmp_path / "masks"))
   assert len(class_masks.check_pairs(pairs, 2, 255, skip_bad_files=False)[0]) == 4

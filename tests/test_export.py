@@ -39,7 +39,8 @@ from triplet import task as triplet_task  # pylint: disable=g-import-not-at-top
 # inception_random_run), which these tests only read.
 BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(
                    config, segmentation_data.read_settings(config.data)),
-               "triplet": lambda config: triplet_task.build_model(config, 0)}
+               "triplet": lambda config: triplet_task.build_model(
+                   config, triplet_data.read_settings(config.data), 0)}
 
 
 @pytest.fixture(autouse=True)

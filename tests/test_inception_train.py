@@ -15,6 +15,7 @@ from common.training import calibration
 from common.contract.errors import DataError
 from configs import inception_v4 as config_lib
 import helpers
+from inception_finetune import data as data_lib
 from inception_finetune import inception_v4 as iv
 from inception_finetune import losses
 from inception_finetune import slim_checkpoint
@@ -54,7 +55,7 @@ def test_gtx960m_preset_is_the_largest_micro_batch_that_fits_4gb_by_estimate():
   assert config.mixed_precision
   assert config.train.batch_size == config_lib.get_config().train.batch_size  # the recipe's batch
   keras.mixed_precision.set_global_policy("mixed_float16")
-  model = task_lib.build_model(config, config.data.num_classes)
+  model = task_lib.build_model(config, data_lib.read_settings(config.data), config.data.num_classes)
   batch_size = config.train.batch_size // config.train.accumulate_steps  # one micro-batch at a time
   for phase in task_lib.make_phases(config, model, config.mixed_precision):
     phase.prepare()
@@ -79,7 +80,7 @@ def finetune_config(num_steps):
 
 def read_checkpoint_values(workdir, config, num_classes):
   """{slim name: value} of the model in the newest checkpoint of a workdir."""
-  model = task_lib.build_model(config, num_classes)
+  model = task_lib.build_model(config, data_lib.read_settings(config.data), num_classes)
   latest = tf.train.latest_checkpoint(os.path.join(workdir, "checkpoints"))
   tf.train.Checkpoint(model=model).restore(latest).expect_partial()
   return {name: v.numpy() for name, v in slim_checkpoint.slim_variables(model).items()}
@@ -217,7 +218,7 @@ def test_calibration_recomputes_the_statistics_of_trained_random_batch_norm_laye
       "train.batch_size": 8, "finetune.unfreeze_last_blocks": 2,
       "checkpoint_exclude_scopes": "InceptionV4/Logits,InceptionV4/Mixed_7d"})
   config.checkpoint_path = slim_checkpoint_path
-  model = task_lib.build_model(config, 10)
+  model = task_lib.build_model(config, data_lib.read_settings(config.data), 10)
   slim_checkpoint.restore(model, config.checkpoint_path, config.checkpoint_exclude_scopes)
   slim_checkpoint.set_trainable_scopes(model, task_lib.unfrozen_scopes(config))  # phase 2: the head, Mixed_7c, 7d
   fresh = task_lib.fresh_batch_norm_layers(model, config)

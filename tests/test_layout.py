@@ -16,8 +16,17 @@ from helpers import run_python
 TRAINERS = {trainer.package: trainer.config_module.rpartition(".")[2] + ".py" for trainer in find_trainers(REPO_ROOT)}
 PACKAGES = ("common", "configs", "scripts") + tuple(TRAINERS)
 # The jobs every trainer folder has under the same names (the model of inception_finetune is
-# inception_v4.py, after the network).
-SHARED_FILES = ("task.py", "data.py", "train.py", "evaluate.py", "metrics.py")
+# inception_v4.py, after the network): {file: its role}.
+SHARED_FILES = {
+    "task.py": "the trainer assembled (validate_config, make_task)",
+    "train.py": "the training command",
+    "evaluate.py": "the evaluation command",
+    "metrics.py": "the evaluation's figures",
+    "data.py": "the data settings (read_settings) and the datasets made of them",
+    "sources.py": "the data sources, every file checked up front",
+    "synthetic.py": "the built-in synthetic set",
+    "input_pipeline.py": "the tf.data pipelines the sources become",
+}
 
 
 # common/'s floors from the bottom: a package imports only packages of lower rank (and itself);
@@ -158,10 +167,24 @@ def test_no_import_circle():
       visit(module, [module])
 
 
+def missing_files(folder):
+  """One line per file of SHARED_FILES that the trainer folder lacks, with its role."""
+  return [f"{os.path.basename(folder)}/ lacks {name}: {role}" for name, role in SHARED_FILES.items()
+          if not os.path.isfile(os.path.join(folder, name))]
+
+
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 def test_trainer_folders_share_their_file_names(trainer):
-  missing = [name for name in SHARED_FILES if not os.path.isfile(os.path.join(REPO_ROOT, trainer, name))]
-  assert not missing, f"{trainer}/ lacks {missing}"
+  missing = missing_files(os.path.join(REPO_ROOT, trainer))
+  assert not missing, "\n".join(missing)
+
+
+def test_a_trainer_without_a_roles_file_is_named(tmp_path):
+  shutil.copytree(os.path.join(REPO_ROOT, "triplet"), tmp_path / "triplet",
+                  ignore=shutil.ignore_patterns("__pycache__"))
+  os.remove(tmp_path / "triplet" / "sources.py")
+  assert missing_files(str(tmp_path / "triplet")) == [
+      f"triplet/ lacks sources.py: {SHARED_FILES['sources.py']}"]
 
 
 @pytest.mark.slow

@@ -151,7 +151,7 @@ def test_the_issues_command_lines_leave_the_users_files_as_they_were(tmp_path):
   saved_model = str(tmp_path / "W" / "saved_model")
   segmentation_task.export_model(segmentation_task.build_model(config, settings), saved_model,
                                  segmentation_task.pad_multiple(config),
-                                 [str(c) for c in range(settings.num_classes)])
+                                 [str(c) for c in range(settings.source.num_classes)])
   folder = tmp_path / "D"
   folder.mkdir()
   photo(folder / "img00.jpg")

@@ -16,11 +16,13 @@ from tensorboard.plugins import projector
 from tensorboard.plugins.projector import projector_plugin
 from werkzeug import test as werkzeug_test
 
-from common.training import summaries
 from common.training import evaluation as evaluation_lib
+from common.training import summaries
 import helpers
 from triplet import data as triplet_data
+from triplet import input_pipeline as triplet_pipeline
 from triplet import metrics
+from triplet import sources as triplet_sources
 from triplet import task as triplet_task
 from triplet import train
 
@@ -72,7 +74,7 @@ def test_the_eval_folder_holds_the_newest_evaluations_embeddings_of_the_held_out
   assert embedding.tensor_name == "embeddings_step_20/.ATTRIBUTES/VARIABLE_VALUE"
   assert header == ["identity", "file"]
   files = [file for _, file in rows]
-  eval_data = triplet_data.load_eval_data(triplet_data.read_settings(config.data), config.seed, str(workdir))
+  eval_data = triplet_sources.load_eval_data(triplet_data.read_settings(config.data), config.seed, str(workdir))
   assert files == metrics.images_to_embed(eval_data) and len(files) == 12  # 4 identities x 3 images
   assert [identity for identity, _ in rows] == [os.path.basename(os.path.dirname(f)) for f in files]
   assert len(set(identity for identity, _ in rows)) == 4
@@ -81,7 +83,7 @@ def test_the_eval_folder_holds_the_newest_evaluations_embeddings_of_the_held_out
   task = triplet_task.make_task(config, str(workdir), for_training=False)
   predict = evaluation_lib.load_predict_fn(task, str(workdir))
   cfg = config.data
-  expected = metrics.compute_embeddings(predict, triplet_data.make_eval_dataset(
+  expected = metrics.compute_embeddings(predict, triplet_pipeline.make_eval_dataset(
       files, cfg.load_size, cfg.crop_size, cfg.normalization, cfg.eval_batch_size))
   assert vectors.dtype == np.float32 and vectors.shape == (12, config.model.embedding_size)
   np.testing.assert_allclose(vectors, expected, atol=1e-5)

@@ -28,6 +28,7 @@ from inception_finetune import task as inception_task
 from segmentation import data as segmentation_data
 from segmentation import predict as predict_lib
 from segmentation import task as segmentation_task
+from triplet import data as triplet_data
 from triplet import evaluate as triplet_evaluate
 from triplet import task as triplet_task
 
@@ -37,7 +38,8 @@ MAKE_TASK = {"segmentation": segmentation_task.make_task, "triplet": triplet_eva
 # tests/test_inception_train.py's).
 BUILD_MODEL = {"segmentation": lambda config: segmentation_task.build_model(
                    config, segmentation_data.read_settings(config.data)),
-               "triplet": lambda config: triplet_task.build_model(config, 0)}
+               "triplet": lambda config: triplet_task.build_model(
+                   config, triplet_data.read_settings(config.data), 0)}
 ANOTHER_TRAINER = {"segmentation": "triplet", "triplet": "inception_v4", "inception_v4": "segmentation"}
 
 

@@ -1,4 +1,5 @@
-"""Tests of segmentation/data.py, synthetic.py, visualize.py and scripts/convert_to_tfrecord.py."""
+"""Tests of segmentation/data.py, sources.py, synthetic.py, visualize.py and scripts/convert_to_tfrecord.py."""
+import dataclasses
 import logging
 import os
 import re
@@ -12,16 +13,18 @@ from PIL import Image
 import pytest
 import tensorflow as tf
 
-from common.data import class_masks
+from common.contract.errors import ConfigError
+from common.contract.errors import DataError
 from common.data import listing
 from common.data import pipeline
 from common.data import sources
 from common.data import tfrecords
-from common.contract.errors import ConfigError
-from common.contract.errors import DataError
 import helpers
 from scripts import convert_to_tfrecord
+from segmentation import augment as augment_lib
+from segmentation import class_masks
 from segmentation import data as seg_data
+from segmentation import sources as seg_sources
 from segmentation import synthetic
 from segmentation import visualize
 
@@ -197,7 +200,7 @@ def test_an_evaluation_image_larger_than_eval_max_pixels_is_refused_before_train
 
 def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(tmp_path, monkeypatch):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(20, 24), (40, 30)])
-  pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
+  pairs = seg_sources.list_folder_pairs(images_dir, masks_dir)
   convert_to_tfrecord.convert(pairs[:1], 5, 255, str(tmp_path / "train"), num_shards=1)
   convert_to_tfrecord.convert(pairs, 5, 255, str(tmp_path / "eval"), num_shards=1)
   cfg = make_cfg(source="tfrecord", train_pattern=str(tmp_path / "train-*"),
@@ -220,7 +223,7 @@ def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(t
 
 def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 8)
-  pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
+  pairs = seg_sources.list_folder_pairs(images_dir, masks_dir)
   train, evaluation = sources.split_by_hash(pairs, 0.25, path_fn=lambda pair: pair[0])
   assert len(evaluation) == 2 and sorted(train + evaluation) == pairs
   reversed_split = sources.split_by_hash(pairs[::-1], 0.25, path_fn=lambda pair: pair[0])
@@ -277,7 +280,7 @@ def test_colorize_uses_voc_colors_so_summaries_match_voc_masks():
 def test_voc_through_tfrecords_gives_the_same_labels(tmp_path):
   masks = helpers.write_voc(tmp_path / "voc")
   for split in ("train", "val"):
-    pairs = seg_data.list_folder_pairs(*seg_data.voc_paths(str(tmp_path / "voc"), split))
+    pairs = seg_sources.list_folder_pairs(*seg_sources.voc_paths(str(tmp_path / "voc"), split))
     paths = convert_to_tfrecord.convert(pairs, 21, 255, str(tmp_path / "records" / split), num_shards=2)
     assert len(paths) == 2
   cfg = make_cfg(source="tfrecord", num_classes=21, train_pattern=str(tmp_path / "records" / "train-*"),
@@ -291,7 +294,7 @@ def test_voc_through_tfrecords_gives_the_same_labels(tmp_path):
 
 def test_tfrecords_of_a_folder_keep_patches_aligned(tmp_path):
   images_dir, masks_dir, masks = write_folder(tmp_path, [(20, 24)] * 3 + [(16, 16)])
-  pairs = seg_data.list_folder_pairs(images_dir, masks_dir)
+  pairs = seg_sources.list_folder_pairs(images_dir, masks_dir)
   convert_to_tfrecord.convert(pairs, 5, 255, str(tmp_path / "all"), num_shards=3)
   pattern = str(tmp_path / "all-*.tfrecord")
   cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern, patch_size=12)
@@ -422,7 +425,7 @@ def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
     data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
   assert "skipped 2 of 5 files that do not decode: img001.png, img004.png" in caplog.text
   first_batch(data.train)
-  pairs, _ = class_masks.check_pairs(seg_data.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
+  pairs, _ = class_masks.check_pairs(seg_sources.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
                                      skip_bad_files=True)
   assert [os.path.basename(p[0]) for p in pairs] == ["img000.png", "img002.png", "img003.png"]
 
@@ -483,6 +486,15 @@ def test_masks_must_be_png_class_ids(tmp_path):
 def test_bad_config_values_are_named(tmp_path, overrides, message):
   with pytest.raises(ConfigError, match=message):
     make_datasets(make_cfg(**overrides), 4, seed=0, pad_multiple=4, workdir=str(tmp_path))
+
+
+def test_the_settings_groups_hold_every_key_of_the_data_section_once():
+  cfg = make_cfg()
+  settings = seg_data.read_settings(cfg)
+  assert sorted(helpers.settings_keys(settings, cfg)) == sorted(cfg.keys())
+  assert settings.train.augment == augment_lib.Augmentation()  # the data.augment section, all off
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.source.num_classes = 3
 
 
 def test_convert_script_writes_shards_from_the_command_line(tmp_path):
@@ -605,7 +617,7 @@ def split_cfg(tmp_path, train_text, eval_text=b"img003\n", **overrides):
 def test_split_files_may_start_with_a_bom_and_end_lines_with_crlf(tmp_path):
   cfg = split_cfg(tmp_path, "\ufeffimg000\r\nimg001 extra words\r\n".encode("utf-8"))
   assert make_datasets(cfg, 4, seed=0, pad_multiple=4).num_eval_images == 1
-  assert seg_data.read_split_file(cfg.train_split) == {"img000": 1, "img001": 2}
+  assert seg_sources.read_split_file(cfg.train_split) == {"img000": 1, "img001": 2}
 
 
 @pytest.mark.parametrize("train_text, expected", [
@@ -697,7 +709,7 @@ def test_an_evaluation_reads_the_evaluation_files_only(tmp_path):
   data = make_datasets(cfg, 4, 0, 4)
   want = eval_batches(data)
   eval_names = {os.path.basename(p) for p, _ in sources.split_by_hash(
-      seg_data.list_folder_pairs(images_dir, masks_dir), 0.25, path_fn=lambda pair: pair[0])[1]}
+      seg_sources.list_folder_pairs(images_dir, masks_dir), 0.25, path_fn=lambda pair: pair[0])[1]}
   train_image = next(p for p in sorted(os.listdir(images_dir)) if p not in eval_names)
   truncate(hashed / "images" / train_image)
   with pytest.raises(DataError, match=train_image):

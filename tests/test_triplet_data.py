@@ -10,9 +10,12 @@ import tensorflow as tf
 
 from common.contract.errors import ConfigError
 from common.contract.errors import DataError
-from common.data import lfw_pairs
 from configs import triplet as triplet_config
+import helpers
 from triplet import data
+from triplet import input_pipeline
+from triplet import lfw_pairs
+from triplet import sources
 from triplet import synthetic as synthetic_lib
 
 
@@ -39,7 +42,7 @@ def decode_ids(images):
 
 
 def train_batches(identities, p, k, seed=0, take=None):
-  dataset = data.make_train_dataset(identities, p, k, load_size=8, crop_size=6,
+  dataset = input_pipeline.make_train_dataset(identities, p, k, load_size=8, crop_size=6,
                                     normalization_name="unit", seed=seed)
   return list(dataset.take(take or -(-len(identities) // p)))
 
@@ -52,7 +55,7 @@ def error_message(excinfo):
 
 def test_every_batch_holds_p_identities_of_k_distinct_images(tmp_path):
   counts = [5, 3, 4, 6, 3, 3, 7]
-  identities = data.select_identities(data.list_identities(make_folder(tmp_path, counts)), 3)
+  identities = sources.select_identities(sources.list_identities(make_folder(tmp_path, counts)), 3)
   p, k = 3, 3
   seen = set()
   for images, labels in train_batches(identities, p, k):
@@ -70,13 +73,13 @@ def test_every_batch_holds_p_identities_of_k_distinct_images(tmp_path):
 
 
 def test_sampler_is_deterministic_and_resumes_from_a_checkpoint(tmp_path):
-  identities = data.list_identities(make_folder(tmp_path / "ids", [4] * 6))
-  dataset = data.make_train_dataset(identities, 2, 2, 8, 6, "unit", seed=3)
+  identities = sources.list_identities(make_folder(tmp_path / "ids", [4] * 6))
+  dataset = input_pipeline.make_train_dataset(identities, 2, 2, 8, 6, "unit", seed=3)
   first = [labels.numpy() for _, labels in dataset.take(6)]
   again = [labels.numpy() for _, labels in dataset.take(6)]
   np.testing.assert_array_equal(first, again)
   other_seed = [labels.numpy() for _, labels in
-                data.make_train_dataset(identities, 2, 2, 8, 6, "unit", seed=4).take(6)]
+                input_pipeline.make_train_dataset(identities, 2, 2, 8, 6, "unit", seed=4).take(6)]
   assert not np.array_equal(first, other_seed)
   iterator = iter(dataset)
   next(iterator), next(iterator)
@@ -90,15 +93,15 @@ def test_sampler_is_deterministic_and_resumes_from_a_checkpoint(tmp_path):
 
 def test_one_image_identity_is_an_error_unless_dropped_or_repeated(tmp_path, caplog):
   root = make_folder(tmp_path, [3, 1, 4])
-  identities = data.list_identities(root)
+  identities = sources.list_identities(root)
   with pytest.raises(DataError) as excinfo:
-    data.select_identities(identities, 2)
+    sources.select_identities(identities, 2)
   assert os.path.join(root, "id01") in error_message(excinfo)
   with caplog.at_level(logging.WARNING):
-    kept = data.select_identities(identities, 2, "drop")
+    kept = sources.select_identities(identities, 2, "drop")
   assert [i.name for i in kept] == ["id00", "id02"]
   assert "dropped 1 of 3 identities" in caplog.text
-  repeated = data.select_identities(identities, 2, "repeat")
+  repeated = sources.select_identities(identities, 2, "repeat")
   assert len(repeated) == 3
   for images, labels in train_batches(repeated, 3, 2):
     identity, image = decode_ids(images)
@@ -113,10 +116,10 @@ def test_non_image_file_is_an_error_or_a_counted_skip(tmp_path, caplog):
   with open(os.path.join(root, "id01", ".DS_Store"), "w") as f:
     f.write("ignored")
   with pytest.raises(DataError) as excinfo:
-    data.list_identities(root)
+    sources.list_identities(root)
   assert notes in error_message(excinfo)
   with caplog.at_level(logging.WARNING):
-    identities = data.list_identities(root, skip_bad_files=True)
+    identities = sources.list_identities(root, skip_bad_files=True)
   assert [len(i.paths) for i in identities] == [2, 2]
   assert "skipped 1 files that are not images" in caplog.text
 
@@ -127,18 +130,18 @@ def test_corrupt_image_is_an_error_or_a_counted_skip(tmp_path, caplog):
   with open(corrupt, "wb") as f:
     f.write(b"\x89PNG\r\n\x1a\n truncated")
   with pytest.raises(DataError) as excinfo:
-    data.list_identities(root)
+    sources.list_identities(root)
   assert corrupt in error_message(excinfo)
   with caplog.at_level(logging.WARNING):
-    identities = data.list_identities(root, skip_bad_files=True)
+    identities = sources.list_identities(root, skip_bad_files=True)
   assert [len(i.paths) for i in identities] == [2, 3]
   assert "skipped 1 of 6 files" in caplog.text
 
 
 def test_too_few_identities_for_a_batch(tmp_path):
-  identities = data.list_identities(make_folder(tmp_path, [2, 2]))
+  identities = sources.list_identities(make_folder(tmp_path, [2, 2]))
   with pytest.raises(DataError) as excinfo:
-    data.make_train_dataset(identities, 3, 2, 8, 6, "unit", seed=0)
+    input_pipeline.make_train_dataset(identities, 3, 2, 8, 6, "unit", seed=0)
   assert error_message(excinfo) == (f"{tmp_path}: 2 usable identities, but a batch takes "
                                     "data.identities_per_batch=3 distinct ones; lower it or add identities")
 
@@ -195,8 +198,8 @@ def test_synthetic_identities_are_written_once_with_disjoint_eval_identities(tmp
   kwargs = dict(num_train=6, num_eval=4, images_per_identity=3, image_size=12, seed=5,
                 num_folds=2, pairs_per_fold=3)
   synthetic = synthetic_lib.make_synthetic_identities(str(tmp_path), **kwargs)
-  train = data.list_identities(synthetic.train_dir)
-  evaluation = data.list_identities(synthetic.eval_dir)
+  train = sources.list_identities(synthetic.train_dir)
+  evaluation = sources.list_identities(synthetic.eval_dir)
   assert [len(i.paths) for i in train] == [3] * 6 and [len(i.paths) for i in evaluation] == [3] * 4
   pairs, num_folds = lfw_pairs.read_pairs(synthetic.pairs_path, synthetic.eval_dir)
   assert num_folds == 2 and sum(p.is_same for p in pairs) == 6 and len(pairs) == 12
@@ -205,7 +208,7 @@ def test_synthetic_identities_are_written_once_with_disjoint_eval_identities(tmp
   assert again == synthetic and os.path.getmtime(train[0].paths[0]) == stamp
   # Same seed, same pixels, elsewhere.
   copy = synthetic_lib.make_synthetic_identities(str(tmp_path / "copy"), **kwargs)
-  first = data.list_identities(copy.train_dir)[0].paths[0]
+  first = sources.list_identities(copy.train_dir)[0].paths[0]
   np.testing.assert_array_equal(np.asarray(Image.open(first)), np.asarray(Image.open(train[0].paths[0])))
 
 
@@ -220,12 +223,12 @@ def test_eval_preprocessing_crops_the_center(tmp_path):
   pixels[..., 0] = np.arange(8)[None, :] * 10  # Red grows to the right.
   path = str(tmp_path / "gradient.png")
   Image.fromarray(pixels).save(path)
-  (images,) = list(data.make_eval_dataset([path], load_size=8, crop_size=4,
+  (images,) = list(input_pipeline.make_eval_dataset([path], load_size=8, crop_size=4,
                                           normalization_name="unit", batch_size=2))
   assert images.shape == (1, 4, 4, 3)
   np.testing.assert_allclose(images.numpy()[0, 0, :, 0] * 255, [20, 30, 40, 50], atol=1e-3)
   # No held-out images (a folder source without eval_dir or pairs_file): an empty dataset.
-  assert not list(data.make_eval_dataset([], 8, 4, "unit", 2))
+  assert not list(input_pipeline.make_eval_dataset([], 8, 4, "unit", 2))
 
 
 # Files that PIL reads but TensorFlow does not, text inputs, overlap, the data report.
@@ -254,8 +257,8 @@ def folder_config(tmp_path, **overrides):
 
 def load_report(cfg):
   settings = data.read_settings(cfg)
-  identities = data.load_train_identities(settings, 0, None)
-  return data.data_report(identities, data.load_eval_data(settings, 0, None))
+  identities = sources.load_train_identities(settings, 0, None)
+  return sources.data_report(identities, sources.load_eval_data(settings, 0, None))
 
 
 @pytest.mark.parametrize("split", ["train", "eval"])
@@ -290,20 +293,20 @@ def test_an_identity_in_train_and_eval_is_named(tmp_path, caplog):
   cfg = folder_config(tmp_path)
   os.rename(os.path.join(cfg.eval_dir, "other01"), os.path.join(cfg.eval_dir, "id02"))
   with pytest.raises(DataError) as excinfo:
-    data.load_eval_data(data.read_settings(cfg), 0, None)
+    sources.load_eval_data(data.read_settings(cfg), 0, None)
   assert error_message(excinfo) == (
       f"{cfg.eval_dir}/id02: identity 'id02' is in the training split too ({cfg.train_dir}/id02); "
       "remove it from one split, or set data.duplicates='warn' to keep both")
   cfg.duplicates = "warn"
   with caplog.at_level(logging.WARNING):
-    assert len(data.load_eval_data(data.read_settings(cfg), 0, None).paths) == 4
+    assert len(sources.load_eval_data(data.read_settings(cfg), 0, None).paths) == 4
   assert "kept in both splits" in caplog.text
 
 
 def test_a_short_identity_names_the_keys_to_change(tmp_path):
-  identities = data.list_identities(make_folder(tmp_path, [3, 1]))
+  identities = sources.list_identities(make_folder(tmp_path, [3, 1]))
   with pytest.raises(DataError) as excinfo:
-    data.select_identities(identities, 2)
+    sources.select_identities(identities, 2)
   message = error_message(excinfo)
   assert "data.images_per_identity=2" in message
   assert "set data.small_identities to 'drop' or 'repeat'" in message
@@ -355,8 +358,8 @@ def test_read_settings_refuses_a_bad_value_before_any_file_is_listed(tmp_path, k
 def test_settings_are_a_frozen_copy_of_the_data_section(tmp_path):
   cfg = folder_config(tmp_path)
   settings = data.read_settings(cfg)
-  assert {field.name for field in dataclasses.fields(settings)} == set(cfg.keys())
+  assert sorted(helpers.settings_keys(settings, cfg)) == sorted(cfg.keys())  # each key once
   cfg.load_size = 99
-  assert settings.load_size == 20 and settings.train_dir == cfg.train_dir
+  assert settings.images.load_size == 20 and settings.source.train_dir == cfg.train_dir
   with pytest.raises(dataclasses.FrozenInstanceError):
-    settings.load_size = 99
+    settings.images.load_size = 99

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from common.data import lfw_pairs
-from triplet import data
+from triplet import lfw_pairs
 from triplet import metrics
+from triplet import sources
 
 
 def test_best_threshold_separates_classes_midway():
@@ -96,7 +96,7 @@ def test_pooled_val_at_far_on_an_lfw_sized_set_matches_a_brute_force_count():
   distances = np.concatenate([np.r_[same, different] for same, different in folds])
   is_same = np.tile(np.r_[np.ones(300, bool), np.zeros(300, bool)], 10)
   pairs = [lfw_pairs.Pair(f"a{i}", f"b{i}", bool(s)) for i, s in enumerate(is_same)]
-  eval_data = data.EvalData([], np.zeros([0], np.int64), pairs, num_folds=10)
+  eval_data = sources.EvalData([], np.zeros([0], np.int64), pairs, num_folds=10)
   # Embeddings on a line, so that each pair's distance is the made-up one.
   embeddings = {}
   for i, distance in enumerate(distances):
@@ -155,7 +155,7 @@ def test_roc_curve_and_area():
 def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
   pairs = [lfw_pairs.Pair("a1", "a2", True), lfw_pairs.Pair("a1", "b1", False),
            lfw_pairs.Pair("b1", "b2", True), lfw_pairs.Pair("a2", "b2", False)]
-  eval_data = data.EvalData(["a1", "a2", "b1", "b2"], np.array([0, 0, 1, 1]), pairs, num_folds=2)
+  eval_data = sources.EvalData(["a1", "a2", "b1", "b2"], np.array([0, 0, 1, 1]), pairs, num_folds=2)
   paths = metrics.images_to_embed(eval_data)
   assert paths == ["a1", "a2", "b1", "b2"]
   # Two batches of 2-d embeddings; identity a near (1, 0), b near (0, 1).
@@ -170,14 +170,14 @@ def test_evaluate_scores_retrieval_and_pairs_of_the_embedded_images():
       "n/a (needs 1000 different-identity pairs per fold, or over all folds for a pooled VAL; the "
       "pairs file has 1 in a fold, 2 overall)")
   assert metrics.area_under_curve(far, tar) == 1.0
-  assert metrics.evaluate(None, [], [], data.EvalData([], np.zeros([0], np.int64), [], 0)) == ({}, None, {})
+  assert metrics.evaluate(None, [], [], sources.EvalData([], np.zeros([0], np.int64), [], 0)) == ({}, None, {})
 
 
 def test_score_reports_val_at_far_when_each_fold_has_1000_different_pairs():
   # Identity a near (1, 0), b near (0, 1); 2 folds of 1 same and 1000 different pairs.
   embeddings = {"a1": np.array([1.0, 0.0]), "a2": np.array([0.9, 0.1]), "b1": np.array([0.0, 1.0])}
   fold = [lfw_pairs.Pair("a1", "a2", True)] + [lfw_pairs.Pair("a1", "b1", False)] * 1000
-  eval_data = data.EvalData([], np.zeros([0], np.int64), fold * 2, num_folds=2)
+  eval_data = sources.EvalData([], np.zeros([0], np.int64), fold * 2, num_folds=2)
   results, _ = metrics.score(embeddings, eval_data)
   assert results["val_at_far_1e-3"] == 1.0 and results["val_far_achieved"] == 0.0
   assert metrics.val_at_far_note(eval_data) is None

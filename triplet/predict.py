@@ -46,6 +46,8 @@ from common.contract.errors import UserError
 from common.data import normalization
 from common.runtime import workdir as workdir_lib
 from triplet import data as data_lib
+from triplet import input_pipeline
+from triplet import sources as sources_lib
 from triplet import task as task_lib
 
 
@@ -77,15 +79,16 @@ def load_workdir(workdir, config):
   """The run's weights with the evaluation's preprocessing, and metrics.json's threshold."""
   settings = data_lib.read_settings(config.data)
   softmax = config.loss.name == task_lib.SOFTMAX  # its classifier head is in the checkpoint
-  identities = data_lib.load_train_identities(settings, config.seed, workdir) if softmax else ()
-  model = task_lib.build_model(config, len(identities))
+  identities = sources_lib.load_train_identities(settings, config.seed, workdir) if softmax else ()
+  model = task_lib.build_model(config, settings, len(identities))
   step = predict_lib.checkpoint_step(predict_lib.restore_weights(model, workdir))
   predict = task_lib.make_predict_fn(model)
-  normalizer = normalization.get_normalizer(settings.normalization)
+  normalizer = normalization.get_normalizer(settings.images.normalization)
+  size, crop = settings.images.load_size, settings.images.crop_size
 
   def embed(image):
-    resized = tf.image.resize(image, [settings.load_size, settings.load_size])  # as data.load_image
-    return predict(data_lib.preprocess_for_eval(resized, settings.crop_size, normalizer)[None])[0].numpy()
+    resized = tf.image.resize(image, [size, size])  # as input_pipeline.load_image
+    return predict(input_pipeline.preprocess_for_eval(resized, crop, normalizer)[None])[0].numpy()
 
   threshold, source = metrics_threshold(workdir, step)
   return Embedder(embed, threshold, source)

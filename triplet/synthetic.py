@@ -7,8 +7,8 @@ import numpy as np
 from PIL import Image
 from PIL import ImageDraw
 
-from common.data import lfw_pairs
 from common.data import sources
+from triplet import lfw_pairs
 
 SyntheticData = collections.namedtuple("SyntheticData", ["train_dir", "eval_dir", "pairs_path"])
 

@@ -25,9 +25,11 @@ from common.nn import optimizers
 from common.training import plots
 from common.training import summaries
 from triplet import data as data_lib
+from triplet import input_pipeline
 from triplet import losses
 from triplet import metrics
 from triplet import model as model_lib
+from triplet import sources as sources_lib
 
 # The trainer's name (Task.name), which its SavedModel carries (assets/trainer.txt).
 NAME = "triplet"
@@ -42,7 +44,7 @@ INITIAL_ROC = "initial_roc.json"  # the ROC curves of the untrained network and 
 
 
 def validate_config(config, for_training=True):
-  """The triplet sections' checks (the data section's by data.read_settings; data.py checks the
+  """The triplet sections' checks (the data section's by data.read_settings; sources.py checks the
   folders and pairs it reads); an evaluation (for_training=False) skips those of the training
   batches. Returns the DataSettings."""
   loss = config.loss
@@ -66,7 +68,7 @@ def validate_config(config, for_training=True):
                                         "no triplet could meet a larger margin")})
   if not for_training:
     return settings
-  p, k = settings.identities_per_batch, settings.images_per_identity
+  p, k = settings.train.identities_per_batch, settings.train.images_per_identity
   if loss.name != SOFTMAX and k < 2:
     raise ConfigError(f"loss.name={loss.name} needs data.images_per_identity >= 2 (anchor and positive)")
   if config.train.batch_size != p * k:
@@ -88,9 +90,10 @@ def fall_back_best_metric(config, eval_data):
   config.train.best_metric = fallback
 
 
-def build_model(config, num_identities):
-  """The training model: the embedding CNN, around which softmax mode puts a classifier head."""
-  crop = config.data.crop_size
+def build_model(config, settings, num_identities):
+  """The training model: the embedding CNN of the data settings' crops, around which softmax mode
+  puts a classifier head."""
+  crop = settings.images.crop_size
   embedding_model = model_lib.build_embedding_model(
       (crop, crop, 3), config.model.embedding_size, tuple(config.model.widths),
       config.model.weight_decay, config.model.bn_momentum, config.model.sync_batch_norm)
@@ -166,11 +169,11 @@ def make_predict_fn(model):
 
 def make_classifier_accuracy_fn(classifier, identities, settings):
   """Accuracy of the softmax head on the first K images of every training identity (center crops)."""
-  k = settings.images_per_identity
+  k = settings.train.images_per_identity
   paths = [path for identity in identities for path in identity.paths[:k]]
   labels = np.repeat(np.arange(len(identities)), [len(i.paths[:k]) for i in identities])
-  dataset = data_lib.make_eval_dataset(paths, settings.load_size, settings.crop_size,
-                                       settings.normalization, settings.eval_batch_size)
+  dataset = input_pipeline.make_eval_dataset(paths, settings.images.load_size, settings.images.crop_size,
+                                       settings.images.normalization, settings.eval.eval_batch_size)
   predict = tf.function(lambda images: classifier(images, training=False)[model_lib.LOGITS],
                         reduce_retracing=True)
 
@@ -189,11 +192,11 @@ def export_model(model, path, settings, threshold=None):
   "step"} (export_threshold), carried by the signature "constants" (common/app/export.py).
   """
   embedding_model = model_lib.embedding_part(model)
-  normalizer = normalization.get_normalizer(settings.normalization)
+  normalizer = normalization.get_normalizer(settings.images.normalization)
 
   def serve(images):
-    images = tf.image.resize(images, [settings.load_size, settings.load_size])
-    images = data_lib.preprocess_for_eval(images, settings.crop_size, normalizer)
+    images = tf.image.resize(images, [settings.images.load_size, settings.images.load_size])
+    images = input_pipeline.preprocess_for_eval(images, settings.images.crop_size, normalizer)
     return {"embeddings": embedding_model(images, training=False)}
 
   return export_lib.export_saved_model(embedding_model, serve, path, [export_lib.UINT8_IMAGES], NAME,
@@ -244,7 +247,7 @@ def projector_points(paths, load_size, batch_size):
   def embeddings_of(embeddings):
     def points():
       if not thumbnails:
-        dataset = data_lib.make_uint8_dataset(paths, min(load_size, summaries.THUMBNAIL_SIZE), batch_size)
+        dataset = input_pipeline.make_uint8_dataset(paths, min(load_size, summaries.THUMBNAIL_SIZE), batch_size)
         thumbnails.append(np.concatenate(list(dataset.as_numpy_iterator())))
       return np.stack([embeddings[path] for path in paths]).astype(np.float32), metadata, thumbnails[0]
     return points
@@ -254,9 +257,9 @@ def projector_points(paths, load_size, batch_size):
 
 def input_fingerprint(settings, identities):
   """What the checkpointed input position depends on: resuming with other values is refused."""
-  return {"data.identities_per_batch": settings.identities_per_batch,
-          "data.images_per_identity": settings.images_per_identity, "data.load_size": settings.load_size,
-          "data.crop_size": settings.crop_size,
+  return {"data.identities_per_batch": settings.train.identities_per_batch,
+          "data.images_per_identity": settings.train.images_per_identity, "data.load_size": settings.images.load_size,
+          "data.crop_size": settings.images.crop_size,
           "train files": listing.files_fingerprint([p for i in identities for p in i.paths])}
 
 
@@ -268,31 +271,32 @@ def make_task(config, workdir, for_training=True):
   identities, the size of its classifier.
   """
   settings = validate_config(config, for_training)
-  if not for_training and settings.source == "folder" and not (settings.eval_dir or settings.pairs_file):
+  source, image = settings.source, settings.images
+  if not for_training and source.source == "folder" and not (source.eval_dir or source.pairs_file):
     raise ConfigError("nothing to evaluate: set data.eval_dir or data.pairs_file")
   softmax = config.loss.name == SOFTMAX
-  identities = (data_lib.load_train_identities(settings, config.seed, workdir) if for_training or softmax
+  identities = (sources_lib.load_train_identities(settings, config.seed, workdir) if for_training or softmax
                 else None)
-  eval_data = data_lib.load_eval_data(settings, config.seed, workdir)
+  eval_data = sources_lib.load_eval_data(settings, config.seed, workdir)
   if for_training:
     fall_back_best_metric(config, eval_data)
   # The ROC's false accept rates can reach 1e-3 only with 1000 different pairs or more.
   different_pairs = sum(not pair.is_same for pair in eval_data.pairs)
   far_mark = metrics.TARGET_FAR if different_pairs * metrics.TARGET_FAR >= 1 else None
   eval_paths = metrics.images_to_embed(eval_data)
-  eval_dataset = data_lib.make_eval_dataset(eval_paths, settings.load_size, settings.crop_size,
-                                            settings.normalization, settings.eval_batch_size)
+  eval_dataset = input_pipeline.make_eval_dataset(eval_paths, image.load_size, image.crop_size,
+                                                  image.normalization, settings.eval.eval_batch_size)
   # Said once here rather than at every evaluation; metrics.json keeps it in its data report.
   val_note = metrics.val_at_far_note(eval_data)
   if val_note:
     logging.info("VAL@FAR=1e-3: %s", val_note)
   projector_paths = eval_paths[:config.summaries.max_projector_points]
-  shown_of = (projector_points(projector_paths, settings.load_size, settings.eval_batch_size)
+  shown_of = (projector_points(projector_paths, image.load_size, settings.eval.eval_batch_size)
               if projector_paths else None)
 
   def evaluate(predict, from_saved_model):
     """Retrieval on the held-out identities and verification of the pairs; the report is the ROC."""
-    dataset = (data_lib.make_uint8_dataset(eval_paths, settings.load_size, settings.eval_batch_size)
+    dataset = (input_pipeline.make_uint8_dataset(eval_paths, image.load_size, settings.eval.eval_batch_size)
                if from_saved_model else eval_dataset)
     results, roc, embeddings = metrics.evaluate(predict, dataset, eval_paths, eval_data)
     shown = shown_of(embeddings) if shown_of else None
@@ -328,18 +332,18 @@ def make_task(config, workdir, for_training=True):
 
   if not for_training:
     return task_lib.Task(name=NAME, train_dataset=None, eval_dataset=eval_dataset,
-                         build_model=lambda: build_model(config, len(identities) if softmax else 0),
+                         build_model=lambda: build_model(config, settings, len(identities) if softmax else 0),
                          make_phases=None, loss_fn=None, make_predict_fn=make_predict_fn, evaluate=evaluate,
                          saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
                          export=None, describe="",
                          data_report={metrics.VAL_AT_FAR: val_note} if val_note else {})
   return task_lib.Task(
       name=NAME,
-      train_dataset=data_lib.make_train_dataset(
-          identities, settings.identities_per_batch, settings.images_per_identity, settings.load_size,
-          settings.crop_size, settings.normalization, config.seed, settings.random_flip),
+      train_dataset=input_pipeline.make_train_dataset(
+          identities, settings.train.identities_per_batch, settings.train.images_per_identity, image.load_size,
+          image.crop_size, image.normalization, config.seed, settings.train.random_flip),
       eval_dataset=eval_dataset,
-      build_model=lambda: build_model(config, len(identities)),
+      build_model=lambda: build_model(config, settings, len(identities)),
       make_phases=lambda model, mixed: optimizers.single_phase(config.train.num_steps, config.optimizer,
                                                              mixed),
       loss_fn=(softmax_loss_fn if softmax else
@@ -350,14 +354,14 @@ def make_task(config, workdir, for_training=True):
       saved_model_predict_fn=lambda serve: lambda images: serve(images=images)["embeddings"],
       export=lambda model, path: export_model(model, path, settings,
                                               export_threshold(model, evaluate, workdir)),
-      describe=(f"{settings.source} data, {settings.identities_per_batch} identities x "
-                f"{settings.images_per_identity} images, {settings.crop_size}x{settings.crop_size} crops, "
+      describe=(f"{source.source} data, {settings.train.identities_per_batch} identities x "
+                f"{settings.train.images_per_identity} images, {image.crop_size}x{image.crop_size} crops, "
                 f"loss {config.loss.name}"),
       image_summaries_fn=triplet_images,
       make_extra_eval_fn=(lambda model: make_classifier_accuracy_fn(model, identities, settings))
       if softmax else None,
       input_fingerprint=input_fingerprint(settings, identities),
-      data_report=dict(data_lib.data_report(identities, eval_data),
+      data_report=dict(sources_lib.data_report(identities, eval_data),
                        **({metrics.VAL_AT_FAR: val_note} if val_note else {})),
       headline_metrics=("recall_at_1", "verification_accuracy", "train_accuracy"))
 

@@ -1,5 +1,6 @@
-"""The sources of classified images, each in one shape (Source): class folders, an id,label CSV and
-TF-Slim TFRecords. Every image (every record) is checked up front; data.py builds the pipelines.
+"""The sources of classified images, each in one shape (Source): synthetic classes (synthetic.py),
+class folders, an id,label CSV and TF-Slim TFRecords. Every image (every record) is checked up front;
+input_pipeline.py makes the pipelines.
 The functions take the trainer's DataSettings (data.read_settings) or plain values.
 """
 import collections
@@ -18,6 +19,7 @@ from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
 from common.data import tfrecords
+from inception_finetune import synthetic
 
 # TF-Slim's keys (datasets/dataset_utils.image_to_tfexample).
 TFRECORD_FEATURES = {
@@ -32,6 +34,24 @@ _PATH_AND_CLASS = (operator.itemgetter(0), operator.itemgetter(1))
 # shuffled and endless with a seed, in order and once with None; counts per class of the
 # images used; the names of those the check skipped.
 Source = collections.namedtuple("Source", ["read", "counts", "skipped", "files"])
+
+
+def make_sources(settings, seed, workdir, for_training=True, run_names=None):
+  """(class names, train source, eval source) of the configured kind; for an evaluation
+  (for_training=False) the train source is None, and run_names are the run's class names or None."""
+  if settings.source == "tfrecord":
+    return tfrecord_sources(settings, for_training)
+  if settings.source == "csv":
+    return csv_sources(settings, for_training)
+  if settings.source == "synthetic":
+    train_dir, eval_dir = synthetic.write_synthetic_classes(
+        sources.synthetic_cache_dir(settings.cache_dir, workdir), seed, settings.num_classes,
+        settings.synthetic_images_per_class, settings.synthetic_image_size)
+    return folder_sources(train_dir, eval_dir, settings, for_training)
+  if settings.eval_dir and run_names is not None:  # an evaluation: the class folders are the run's
+    return eval_folder_source(settings.eval_dir, run_names, settings.skip_bad_files)
+  train_dir = sources.required(settings.train_dir, "train_dir", settings.source)
+  return folder_sources(train_dir, settings.eval_dir, settings, for_training)
 
 
 # Image files: class folders, CSV.
