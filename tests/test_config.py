@@ -73,7 +73,7 @@ OWN = {
         ("model.widths", ("8", 16)), ("model.widths", (8.5, 16)), ("model.widths", (True, 8)),
         ("model.widths", None), ("model.weight_decay", -1e-4), ("model.sync_batch_norm", None),
         ("model.output_stride", 0), ("model.output_stride", 3),  # 3: patch 28 is not a multiple of 12
-        ("model.context_rates", (0,)), ("model.context_rates", 2),
+        ("model.context_rates", (0,)), ("model.context_rates", (1.5,)),
         ("loss.class_weights", (1.0, -1.0, 1.0, 1.0, 1.0)), ("loss.class_weights", (0, 0, 0, 0, 0)),
         ("loss.class_weights", (1.0, 2.0)), ("loss.class_weights", ("a",) * 5),
         ("loss.cross_entropy_weight", -1.0), ("loss.cross_entropy_weight", 0.0),  # 0: no term left

@@ -113,7 +113,7 @@ ADAPTATIONS = {
         "mixed precision is a GPU setting (float16 convolution gradients are hundreds of times "
         "slower on a CPU); 2 steps show the preset builds, trains, evaluates and exports",
         append=("--config.mixed_precision=False",) + TWO_STEPS),
-    "python -m segmentation.train --config=configs/segmentation.py:scenes": Skip(REAL_DATA.format(
+    "python -m segmentation.train --config=configs/segmentation.py:scenes_128": Skip(REAL_DATA.format(
         "1,200 steps", "tests/test_real_segmentation.py")),
     "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy": Skip(
         REAL_DATA.format("800 steps", "tests/test_real_segmentation.py")),

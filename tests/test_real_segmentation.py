@@ -14,7 +14,7 @@ import pytest
 import helpers
 from scripts import make_real_sets
 
-SCENES = "python -m segmentation.train --config=configs/segmentation.py:scenes"
+SCENES = "python -m segmentation.train --config=configs/segmentation.py:scenes_128"
 # Its flags: the scenes preset's network without its stem, on the patches padded to 32 (a multiple of its stride 8;
 # the padding is ignored), 800 steps of 32.
 NPY = "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy"
@@ -105,7 +105,8 @@ def test_scenes_set_holds_1_to_4_mnist_digits_per_photo_over_a_3x_size_range_in_
         mnist_rows[split].add(row)
         outside[top:top + height, left:left + width] = False
       assert not mask[outside].any(), image_id  # the clutter is background
-  assert min(overlaps) > 0.5, sorted(overlaps)[:5]  # a later digit may cover a little of an earlier one
+  # A later digit may cover some of an earlier one (boxes overlap by up to 15%, strokes cross them).
+  assert min(overlaps) > 0.4 and np.median(overlaps) > 0.8, sorted(overlaps)[:5]
   assert {width > height for width, height in sizes} == {True, False}  # landscape and portrait
   assert min(counts) == 1 and max(counts) == 4
   assert max(heights) >= 3 * min(heights), (min(heights), max(heights))
