@@ -60,7 +60,10 @@ def validate_config(config, for_training=True):
       "eval.overlays_every": checks.NON_NEGATIVE_INT,  # 0 = off
   })
   patch_size = settings.train.patch_size
-  bounds.check(config, {"model.widths": bounds.CHANNELS, "eval.overlays_every": bounds.STEPS, "loss.ohem_min_kept": (
+  bounds.check(config, {"model.widths": bounds.CHANNELS, "eval.overlays_every": bounds.STEPS,
+                        "model.context_rates": (64, "past 64 cells a dilated 3x3 convolution reaches beyond a "
+                                                "4096-px image at stride 32 and sees only padding"),
+                        "loss.ohem_min_kept": (
       patch_size ** 2, "the pixels of a patch (data.patch_size squared), of which it keeps the hardest")})
   stride = model_lib.total_stride(config.model.widths, config.model.output_stride)
   if patch_size % stride:
