@@ -2,8 +2,8 @@
 GFLOP/step, the 4 GB table's estimates, and the last line of the triplet smoke command.
 
 The tables are parsed row by row and each figure recomputed in process with the functions
-scripts/benchmark.py uses (its config and task loading, scripts/memory_estimate.py,
-scripts/flops.py), not by running the benchmark. A deterministic figure matches when the computed
+scripts/benchmark.py uses (its config and task loading, scripts/benchmarking/memory_estimate.py
+and flops.py), not by running the benchmark. A deterministic figure matches when the computed
 value rounds to it at the digits the README shows (313 MiB: within 0.5; 0.453 GFLOP: within
 0.0005), so that changing either the README or the code behind a figure fails here. Timings are
 one machine's measurements and are not checked.
@@ -15,9 +15,9 @@ import keras
 import pytest
 
 import helpers
-from scripts import benchmark
-from scripts import flops
-from scripts import memory_estimate
+from scripts.benchmarking import flops
+from scripts.benchmarking import memory_estimate
+from scripts.benchmarking import trainers
 
 README = os.path.join(helpers.REPO_ROOT, "README.md")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
@@ -66,8 +66,8 @@ def assert_shown(text, value, what):
 def phase_figures(trainer, preset, tmp_path, mixed=None, overrides=()):
   """As scripts/benchmark.py computes them: the config, the per-example input shape and
   {phase: (estimate MiB, GFLOP per step)}, in the preset's precision unless `mixed` says."""
-  config = benchmark.load_config(trainer, preset, list(overrides), batch_size=0)
-  task = benchmark.make_task(trainer, config, str(tmp_path / f"{trainer}-{preset}-{mixed}"))
+  config = trainers.load_config(trainer, preset, list(overrides), batch_size=0)
+  task = trainers.make_task(trainer, config, str(tmp_path / f"{trainer}-{preset}-{mixed}"))
   input_shapes = [tuple(next(iter(task.train_dataset))[0].shape[1:])]
   mixed = config.mixed_precision if mixed is None else mixed
   keras.mixed_precision.set_global_policy("mixed_float16" if mixed else "float32")
@@ -109,7 +109,7 @@ def test_benchmark_and_4gb_tables_match_the_code(trainer, tmp_path):
     if found.group(1) == trainer:
       rows[found.group(2) or next(iter(figures))] = row
   assert set(rows) == set(figures), f"README.md's 4 GB table: {trainer} phases {sorted(rows)}"
-  budget_mib = benchmark.BUDGET_MB
+  budget_mib = trainers.BUDGET_MB
   for phase, row in rows.items():
     what = f"4 GB table, {row['preset']}"
     assert_shown(row["batch"], config.train.batch_size, what + ", batch")
