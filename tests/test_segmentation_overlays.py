@@ -45,6 +45,7 @@ def overlays(logdir):
   return {step: sorted(tags) for step, tags in found.items()}
 
 
+@pytest.mark.slow
 def test_overlays_come_at_their_cadence_and_change_no_weight(tmp_path):
   weights = {}
   for steps_per_loop in (1, 100):
