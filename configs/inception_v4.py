@@ -120,9 +120,9 @@ def get_config(preset=None):
           "model.aux_logits": False, "data.num_classes": 0, "data.image_size": 75,
           "data.augment": False, "data.eval_batch_size": 50, "data.min_class_count": 5,
       },
-      # The recipe's batch of 32 (TF-Slim's) in two micro-batches of 16: scripts/memory_estimate.py
-      # puts phase 2 at a micro-batch of 16 at about 2.9 GB and of 24 at about 4.0 GB
-      # (tests/test_inception_train.py checks it); not yet measured on a GTX 960M.
+      # The recipe's batch of 32 (TF-Slim's) in two micro-batches of 16:
+      # scripts/benchmarking/memory_estimate.py puts phase 2 at a micro-batch of 16 at about 2.9 GB and
+      # of 24 at about 4.0 GB (tests/test_inception_train.py checks it); not yet measured on a GTX 960M.
       "gtx960m": {
           "mixed_precision": True, "train.batch_size": 32, "train.accumulate_steps": 2,
           "data.eval_batch_size": 16,

@@ -18,8 +18,8 @@ with several phases (Inception V4: head, then unfrozen blocks), per phase:
   loop/step       their ratio: below 1 by the host work of the loop;
   host peak MiB   the process's resident set high-water mark during the row;
   GPU peak MiB    TensorFlow's allocator peak during the row (with a GPU);
-  estimate MiB    scripts/memory_estimate.py for the row (no GPU needed);
-  GFLOP/step, GFLOP/s, % of matmul  the step's counted FLOPs (scripts/flops.py),
+  estimate MiB    scripts/benchmarking/memory_estimate.py for the row (no GPU needed);
+  GFLOP/step, GFLOP/s, % of matmul  the step's counted FLOPs (scripts/benchmarking/flops.py),
       per second, as a share of the machine's large float32 matmul rate
       (float16 for mixed rows on a GPU).
 Above the table: the input pipeline alone (images/s, and how many times over it feeds a GTX 960M
@@ -27,7 +27,7 @@ whose step runs at the card's float32 peak, GTX960M_GFLOPS, over the step's GFLO
 evaluation with the trainer's predict function (images/s, per precision). Every rate is a median
 over timed windows after warm-up. On a machine without a GPU, mixed precision
 runs only with XLA unless --variants asks for it (see CPU_SLOW_VARIANTS in
-scripts/benchmark_trainers.py).
+scripts/benchmarking/trainers.py).
 
 --exports adds a row per export format of scripts/export.py beside the SavedModel (the Keras
 model's serving signature): ONNX in onnxruntime, LiteRT float32, float16 and int8 in LiteRT's
@@ -41,9 +41,7 @@ pytorch-metric-learning's miners and triplet loss, and a PIL-in-a-generator
 input pipeline. The PyTorch peers run in their own virtual environment
 (scripts/peers/setup_peer_venv.sh).
 
-This file is the command line, the tables and --estimate_only; its pieces beside it:
-benchmark_trainers.py (a trainer's timed rows), benchmark_timing.py (how things are timed),
-benchmark_exports.py (--exports) and benchmark_peers.py (--peers).
+This file is the command line; its pieces are scripts/benchmarking/, one module a job.
 """
 if not __package__:  # run as a file (python scripts/x.py): this repository's packages first
   import repository_root  # pylint: disable=unused-import
@@ -55,122 +53,23 @@ if __name__ == "__main__":
 
 import argparse  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import contextlib
-import dataclasses
-import importlib
 import json
 import os
 import sys
 import tempfile
-
-import keras
-import numpy as np
 
 from common.app import cli
 from common.contract.errors import ConfigError
 from common.runtime import hardware
 from common.runtime import signals
 from common.runtime import workdir as workdir_lib
-from scripts import memory_estimate
-# The pieces by name: benchmark.load_config, benchmark.BUDGET_MB and the like stay this command's
-# names (tests compute with them).
-from scripts.benchmark_exports import format_exports
-from scripts.benchmark_peers import format_peers
-from scripts.benchmark_peers import run_peers
-from scripts.benchmark_timing import gpu_device
-from scripts.benchmark_timing import measure_matmul
-from scripts.benchmark_trainers import BUDGET_MB
-from scripts.benchmark_trainers import CPU_SLOW_VARIANTS
-from scripts.benchmark_trainers import GTX960M_GFLOPS
-from scripts.benchmark_trainers import TRAINERS
-from scripts.benchmark_trainers import VARIANTS
-from scripts.benchmark_trainers import benchmark_trainer
-from scripts.benchmark_trainers import load_config
-from scripts.benchmark_trainers import make_task
-
-
-# Output.
-
-
-COLUMNS = (
-    ("variant", "variant", "{}"),
-    ("phase", "phase", "{}"),
-    ("first_step_s", "first step s", "{:.1f}"),
-    ("train_steps_per_s", "steps/s", "{:.2f}"),
-    ("train_images_per_s", "train img/s", "{:.1f}"),
-    ("loop_steps_per_s", "loop steps/s", "{:.2f}"),
-    ("loop_ratio", "loop/step", "{:.2f}"),
-    ("host_peak_mib", "host peak MiB", "{:.0f}"),
-    ("gpu_peak_mib", "GPU peak MiB", "{:.0f}"),
-    ("estimate_mib", "estimate MiB", "{:.1f}"),
-    ("gflop_per_step", "GFLOP/step", "{:.3g}"),
-    ("gflops_per_s", "GFLOP/s", "{:.2f}"),
-    ("matmul_share", "% of matmul", "{:.1%}"),
-)
-TEXT_COLUMNS = ("variant", "phase")
-
-
-def format_header(report, matmul_rates, matmul_size):
-  rates = ", ".join(f"{precision} {rate:.1f} GFLOP/s" for precision, rate in matmul_rates.items())
-  return f"{report}\nmatmul {matmul_size}x{matmul_size}: {rates}"
-
-
-def format_table(rows):
-  """Aligned columns; those missing from a row (GPU peak without a GPU) are left out, as is the
-  phase column of a one-phase trainer."""
-  columns = [c for c in COLUMNS if all(c[0] in row for row in rows)]
-  if len({row.get("phase") for row in rows}) == 1:
-    columns = [c for c in columns if c[0] != "phase"]
-  cells = [[title for _, title, _ in columns]]
-  cells += [[fmt.format(row[key]) for key, _, fmt in columns] for row in rows]
-  widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-  return "\n".join("  ".join(cell.ljust(width) if key in TEXT_COLUMNS else cell.rjust(width)
-                             for (key, _, _), cell, width in zip(columns, line, widths))
-                   for line in cells)
-
-
-def format_trainer(result):
-  settings = result["settings"]
-  lines = [
-      f"== {result['trainer']} (preset {result['preset']}, batch {result['batch_size']}, "
-      f"{result['describe']})",
-      f"input pipeline alone: {result['input_images_per_s']:.1f} images/s, "
-      f"{result['input_feed_ratio']:.2f}x a GTX 960M's FLOP-bound demand ({result['gtx960m_images_per_s']:.1f} "
-      f"images/s at {GTX960M_GFLOPS:.0f} GFLOP/s)",
-      f"evaluation (the trainer's predict function on {result['eval_images']} images held in "
-      "memory): " + ", ".join(f"{precision} {rate:.1f} images/s"
-                              for precision, rate in result["eval_images_per_s"].items()),
-      format_table(result["rows"]),
-  ]
-  lines += [f"{variant}: not run: {why}" for variant, why in result["not_run"].items()]
-  lines += [
-      f"(rates: medians of {settings['windows']} timed windows of "
-      + (f"{settings['steps']} steps" if settings["steps"] else
-         f"at least {settings['min_window_s']:g} s (1 step at least)")
-      + f" after warm-up; first step = tracing, compilation and one step; "
-      f"{result['seconds']:.0f} s in all)",
-      f"memory estimate of the preset's precision ({result['preset_precision']}, largest phase) "
-      f"against the {BUDGET_MB} MiB of a GTX 960M:",
-      result["preset_estimate_table"],
-  ]
-  if result["exports"]:
-    lines.append(format_exports(result["exports"]))
-  for row in result["rows"]:
-    if "gpu_peak_mib" in row and row["variant"].split("+")[0] == result["preset_precision"]:
-      error = row["estimate_mib"] / row["gpu_peak_mib"] - 1
-      lines.append(f"  measured GPU peak ({row['variant']}, {row['phase']}): {row['gpu_peak_mib']:.1f} "
-                   f"MiB against the estimate {row['estimate_mib']:.1f} MiB ({error:+.0%})")
-  return "\n".join(lines)
-
-
-def to_json(value):
-  """Results without the private (_) entries, for --json."""
-  if isinstance(value, dict):
-    return {k: to_json(v) for k, v in value.items() if not str(k).startswith("_")}
-  if isinstance(value, (list, tuple)):
-    return [to_json(v) for v in value]
-  if isinstance(value, (np.integer, np.floating)):
-    return value.item()
-  return value
+from scripts.benchmarking import estimates
+from scripts.benchmarking import peers
+from scripts.benchmarking import tables
+from scripts.benchmarking import timing
+from scripts.benchmarking import trainers
+from scripts.benchmarking.trainers import TRAINERS
+from scripts.benchmarking.trainers import VARIANTS
 
 
 # The command line.
@@ -227,79 +126,32 @@ def parse_args(argv):
   return args
 
 
-def estimate_trainer(trainer, args, workdir):
-  """The memory estimate of each phase of the preset, in its own precision; nothing is timed."""
-  config = load_config(trainer, args.preset, args.set, args.batch_size)
-  config.data.cache_dir = config.data.cache_dir or os.path.join(args.cache_dir, trainer)
-  task = make_task(trainer, config, os.path.join(workdir, trainer))
-  keras.mixed_precision.set_global_policy("mixed_float16" if config.mixed_precision else "float32")
-  model = task.build_model()
-  input_shapes = [tuple(next(iter(task.train_dataset))[0].shape[1:])]
-  lines = [f"== {trainer} (preset {args.preset or 'default'}, batch {config.train.batch_size}, "
-           f"{task.describe})"]
-  estimates = {}
-  for phase in task.make_phases(model, config.mixed_precision):
-    if phase.prepare:
-      phase.prepare()
-    estimate = memory_estimate.estimate(model, config.train.batch_size // config.train.accumulate_steps,
-                                        config.mixed_precision, input_shapes=input_shapes)
-    estimates[phase.name] = dataclasses.asdict(estimate) | {"total": estimate.total}
-    lines += [f"phase {phase.name}:", estimate.format_table(budget_bytes=BUDGET_MB * memory_estimate.MIB)]
-  if trainer == "segmentation" and config.eval.window:
-    tiled = evaluation_in_windows(config, model)
-    estimates["evaluation"] = dataclasses.asdict(tiled) | {"largest_image_pixels": tiled.largest_image(
-        BUDGET_MB * memory_estimate.MIB)}
-    lines.append(tiled.format_table(BUDGET_MB * memory_estimate.MIB))
-  keras.mixed_precision.set_global_policy("float32")
-  return {"trainer": trainer, "preset": args.preset or "default", "estimates": estimates}, "\n".join(lines)
-
-
-def evaluation_in_windows(config, model):
-  """The memory estimate of segmentation's evaluation in windows (eval.window, eval.scales, eval.flip),
-  which bounds the network's part whatever the image's size (memory_estimate.tiled_estimate)."""
-  settings = importlib.import_module(TRAINERS["segmentation"][1]).validate_config(config)[1]  # its Inference
-  return memory_estimate.tiled_estimate(
-      model, settings.window, int(settings.windows_per_call()), config.data.num_classes, config.mixed_precision,
-      max(settings.scales), settings.flip or len(settings.scales) > 1)
-
-
-def run_estimates(args):
-  """--estimate_only: the memory estimates against the 4 GB budget, no GPU needed."""
-  results = {"trainers": []}
-  with tempfile.TemporaryDirectory(prefix="benchmark-") as workdir:
-    for trainer in args.trainers:
-      signals.check("")  # between trainers (main says what was written)
-      result, text = estimate_trainer(trainer, args, workdir)
-      results["trainers"].append(result)
-      print(text, flush=True)
-  return results
-
 
 def run_benchmark(args):
   """Measures everything args asks for; returns the results and prints the tables."""
   report = hardware.configure_devices(args.memory_limit_mb, memory_growth=True, work="the benchmark")
   if args.estimate_only:
-    return _write_json(run_estimates(args), args.json)
+    return _write_json(estimates.run_estimates(args), args.json)
   strategy = hardware.make_strategy()
   if args.variants is None:
-    slow = () if gpu_device() else tuple(CPU_SLOW_VARIANTS)
+    slow = () if timing.gpu_device() else tuple(trainers.CPU_SLOW_VARIANTS)
     args.variants = [v for v in VARIANTS if v not in slow]
-  size = args.matmul_size or (8192 if gpu_device() else 2048)
-  matmul_rates = {"float32": measure_matmul(size)}
-  if gpu_device():
-    matmul_rates["mixed"] = measure_matmul(size, "float16")
+  size = args.matmul_size or (8192 if timing.gpu_device() else 2048)
+  matmul_rates = {"float32": timing.measure_matmul(size)}
+  if timing.gpu_device():
+    matmul_rates["mixed"] = timing.measure_matmul(size, "float16")
   results = {"header": {"devices": report, "matmul_size": size, "matmul_gflops_per_s": matmul_rates},
              "trainers": []}
-  print(format_header(report, matmul_rates, size), flush=True)
+  print(tables.format_header(report, matmul_rates, size), flush=True)
   with tempfile.TemporaryDirectory(prefix="benchmark-") as workdir:
     for trainer in args.trainers:
       signals.check("")  # between trainers; the loop's own between its calls
-      result = benchmark_trainer(trainer, args, strategy, matmul_rates, workdir)
+      result = trainers.benchmark_trainer(trainer, args, strategy, matmul_rates, workdir)
       results["trainers"].append(result)
-      print("\n" + format_trainer(result), flush=True)
+      print("\n" + tables.format_trainer(result), flush=True)
     if args.peers:
-      results["peers"] = run_peers(results["trainers"], args, strategy)
-      print("\n" + format_peers(results["peers"]), flush=True)
+      results["peers"] = peers.run_peers(results["trainers"], args, strategy)
+      print("\n" + peers.format_peers(results["peers"]), flush=True)
   return _write_json(results, args.json)
 
 
@@ -309,7 +161,7 @@ def _write_json(results, path):
     with workdir_lib.writing(path, flag="--json"):
       try:
         with open(path + ".tmp", "w") as f:
-          json.dump(to_json(results), f, indent=2)
+          json.dump(tables.to_json(results), f, indent=2)
         os.replace(path + ".tmp", path)
       except OSError as e:
         with contextlib.suppress(OSError):

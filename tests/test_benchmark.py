@@ -1,4 +1,4 @@
-"""Tests of scripts/benchmark.py and its pieces, scripts/flops.py and the peer runner (no timed
+"""Tests of scripts/benchmark.py and its pieces (scripts/benchmarking/) and the peer runner (no timed
 assertions)."""
 import json
 import math
@@ -12,16 +12,18 @@ import tensorflow as tf
 
 import helpers
 from scripts import benchmark
-from scripts import benchmark_exports
-from scripts import benchmark_peers
-from scripts import benchmark_timing
-from scripts import flops
-from scripts import memory_estimate
+from scripts.benchmarking import exports as benchmark_exports
+from scripts.benchmarking import flops
+from scripts.benchmarking import memory_estimate
+from scripts.benchmarking import peers as benchmark_peers
+from scripts.benchmarking import tables
+from scripts.benchmarking import timing as benchmark_timing
+from scripts.benchmarking import trainers
 from scripts.peers import peer_runner
 from scripts.peers import tf_triplet_step
 
 
-# scripts/flops.py, on models small enough to count by hand (a multiply-add is 2 FLOPs).
+# scripts/benchmarking/flops.py, on models small enough to count by hand (a multiply-add is 2 FLOPs).
 
 
 def test_conv_and_dense_flops_by_hand():
@@ -157,19 +159,19 @@ def test_segmentation_benchmark_columns_are_positive(tmp_path, capsys):
   args = benchmark.parse_args([
       "segmentation", "--preset", "smoke", "--steps", "1", "--windows", "1", "--matmul_size", "128",
       "--batch_size", "4", "--set", "model.widths=(4, 8)", "--set", "data.num_train_images=4",
-      "--variants", ",".join(benchmark.VARIANTS), "--cache_dir", str(tmp_path / "cache"),
+      "--variants", ",".join(trainers.VARIANTS), "--cache_dir", str(tmp_path / "cache"),
       "--json", str(json_path)])
   results = benchmark.run_benchmark(args)
   (result,) = results["trainers"]
-  assert [row["variant"] for row in result["rows"]] == list(benchmark.VARIANTS)
+  assert [row["variant"] for row in result["rows"]] == list(trainers.VARIANTS)
   for row in result["rows"]:
     for key, value in row.items():
-      if key not in benchmark.TEXT_COLUMNS:
+      if key not in tables.TEXT_COLUMNS:
         _assert_positive_finite(f"{row['variant']} {key}", value)
   _assert_positive_finite("input", result["input_images_per_s"])
   # The card's demand is its peak over the cheapest row's FLOPs per image; the ratio, the input's share.
   gflop_per_image = min(row["gflop_per_step"] for row in result["rows"]) / 4
-  assert result["gtx960m_images_per_s"] == pytest.approx(benchmark.GTX960M_GFLOPS / gflop_per_image)
+  assert result["gtx960m_images_per_s"] == pytest.approx(trainers.GTX960M_GFLOPS / gflop_per_image)
   assert result["input_feed_ratio"] == pytest.approx(result["input_images_per_s"] / result["gtx960m_images_per_s"])
   assert set(result["eval_images_per_s"]) == {"float32", "mixed"}
   for precision, rate in result["eval_images_per_s"].items():
@@ -205,15 +207,15 @@ def test_one_trainer_imports_nothing_of_the_others(tmp_path):
 ])
 def test_gtx960m_presets_fit_4gb_by_the_estimate(trainer, overrides, tmp_path):
   # Inception V4's preset is checked in tests/test_inception_train.py.
-  config = benchmark.load_config(trainer, "gtx960m", overrides, batch_size=0)
-  task = benchmark.make_task(trainer, config, str(tmp_path))
+  config = trainers.load_config(trainer, "gtx960m", overrides, batch_size=0)
+  task = trainers.make_task(trainer, config, str(tmp_path))
   keras.mixed_precision.set_global_policy("mixed_float16")
   model = task.build_model()
   size = config.data.patch_size if trainer == "segmentation" else config.data.crop_size
   estimate = memory_estimate.estimate(model, config.train.batch_size, config.mixed_precision,
                                       input_shapes=[(size, size, 3)])
   assert config.mixed_precision
-  assert estimate.total < benchmark.BUDGET_MB * memory_estimate.MIB
+  assert estimate.total < trainers.BUDGET_MB * memory_estimate.MIB
 
 
 def test_unknown_variant_is_refused():
@@ -222,7 +224,7 @@ def test_unknown_variant_is_refused():
 
 
 def test_config_overrides_and_triplet_batch():
-  config = benchmark.load_config("triplet", "smoke", ["loss.margin=0.5"], batch_size=12)
+  config = trainers.load_config("triplet", "smoke", ["loss.margin=0.5"], batch_size=12)
   assert config.loss.margin == 0.5
   assert config.data.identities_per_batch * config.data.images_per_identity == 12
   assert config.train.batch_size == 12
@@ -242,8 +244,8 @@ def test_exports_without_the_extra_are_one_skipped_line(monkeypatch):
 @pytest.mark.slow
 def test_exports_rows_are_timed_in_each_runtime(tmp_path):
   pytest.importorskip("tf2onnx", reason="requirements-export.txt is not installed")
-  config = benchmark.load_config("segmentation", "smoke", ["model.widths=(4, 8)"], batch_size=0)
-  task = benchmark.make_task("segmentation", config, str(tmp_path / "run"))
+  config = trainers.load_config("segmentation", "smoke", ["model.widths=(4, 8)"], batch_size=0)
+  task = trainers.make_task("segmentation", config, str(tmp_path / "run"))
   exports = benchmark_exports.benchmark_exports(task, benchmark_timing.Settings(1, 1, 0, ()),
                                                 str(tmp_path / "exports"))
   assert [row["format"] for row in exports["rows"]] == [name for name, _, _ in benchmark_exports.EXPORTS]

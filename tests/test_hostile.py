@@ -47,6 +47,7 @@ from scripts import check_gpu
 from scripts import convert_to_tfrecord
 from scripts import fetch_slim_checkpoint as fetch_lib
 from scripts import launch_workers
+from scripts.benchmarking import estimates as benchmark_estimates
 from segmentation import predict as segmentation_predict
 from segmentation import train as segmentation_train
 import test_run_files
@@ -892,7 +893,7 @@ def test_benchmark_honours_a_signal_and_a_full_disk_in_one_line(tmp_path, capsys
     signals._received.append(signal.SIGTERM)  # pylint: disable=protected-access  # as the handler records it
     return {"trainer": trainer}, f"== {trainer}"
 
-  monkeypatch.setattr(benchmark, "estimate_trainer", estimate)
+  monkeypatch.setattr(benchmark_estimates, "estimate_trainer", estimate)
   monkeypatch.setattr(signals, "finish", signals.check)  # keep the test's handlers
   for trainers, said in ((["segmentation", "triplet"], "during the benchmark; nothing was written"),
                          (["segmentation"], "after the benchmark; every figure is printed")):
@@ -908,7 +909,7 @@ def test_benchmark_honours_a_signal_and_a_full_disk_in_one_line(tmp_path, capsys
   assert exit_info.value.code == 128 + signal.SIGINT and capsys.readouterr().err.strip().splitlines() == [
       "interrupted by SIGINT during start-up; nothing was written"] and estimated == ["segmentation"]
 
-  monkeypatch.setattr(benchmark, "run_estimates", lambda args: {"trainers": ["figures " * 2000]})
+  monkeypatch.setattr(benchmark_estimates, "run_estimates", lambda args: {"trainers": ["figures " * 2000]})
   with nearly_full_disk(tmp_path / "disk") as disk:
     with pytest.raises(SystemExit) as exit_info:
       benchmark.main(["segmentation", "--preset", "smoke", "--estimate_only", "--json", f"{disk}/r.json"])

@@ -21,7 +21,7 @@ from inception_finetune import losses
 from inception_finetune import slim_checkpoint
 from inception_finetune import task as task_lib
 from inception_finetune import train
-from scripts import memory_estimate
+from scripts.benchmarking import memory_estimate
 import test_run_files
 
 # The base blocks the end-to-end test keeps frozen in phase 2 (its last 16 of 22 are unfrozen).

@@ -1,8 +1,8 @@
-"""Tests for scripts/memory_estimate.py on models small enough to count by hand."""
+"""Tests for scripts/benchmarking/memory_estimate.py on models small enough to count by hand."""
 import keras
 import pytest
 
-from scripts import memory_estimate
+from scripts.benchmarking import memory_estimate
 
 # Input(4, 4, 1) -> Conv2D(2, 3, same) -> Flatten -> Dense(3):
 # parameters: conv 3*3*1*2 + 2 = 20, dense 32*3 + 3 = 99, total 119;

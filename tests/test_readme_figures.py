@@ -3,8 +3,8 @@ table and quote of helpers.DOC_FILES that holds them, not only the first): the b
 GFLOP/step, the 4 GB table's estimates, and the last line of the triplet smoke command.
 
 The tables are parsed row by row and each figure recomputed in process with the functions
-scripts/benchmark.py uses (its config and task loading, scripts/memory_estimate.py,
-scripts/flops.py), not by running the benchmark. A deterministic figure matches when the computed
+scripts/benchmark.py uses (its config and task loading, scripts/benchmarking/memory_estimate.py
+and flops.py), not by running the benchmark. A deterministic figure matches when the computed
 value rounds to it at the digits the README shows (313 MiB: within 0.5; 0.453 GFLOP: within
 0.0005), so that changing either the README or the code behind a figure fails here. Timings are
 one machine's measurements and are not checked.
@@ -16,9 +16,9 @@ import keras
 import pytest
 
 import helpers
-from scripts import benchmark
-from scripts import flops
-from scripts import memory_estimate
+from scripts.benchmarking import flops
+from scripts.benchmarking import memory_estimate
+from scripts.benchmarking import trainers
 
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 # The triplet smoke run is not bitwise reproducible (config.deterministic is off): one of its 12
@@ -65,8 +65,8 @@ def assert_shown(text, value, what):
 def phase_figures(trainer, preset, tmp_path, mixed=None, overrides=()):
   """As scripts/benchmark.py computes them: the config, the per-example input shape and
   {phase: (estimate MiB, GFLOP per step)}, in the preset's precision unless `mixed` says."""
-  config = benchmark.load_config(trainer, preset, list(overrides), batch_size=0)
-  task = benchmark.make_task(trainer, config, str(tmp_path / f"{trainer}-{preset}-{mixed}"))
+  config = trainers.load_config(trainer, preset, list(overrides), batch_size=0)
+  task = trainers.make_task(trainer, config, str(tmp_path / f"{trainer}-{preset}-{mixed}"))
   input_shapes = [tuple(next(iter(task.train_dataset))[0].shape[1:])]
   mixed = config.mixed_precision if mixed is None else mixed
   keras.mixed_precision.set_global_policy("mixed_float16" if mixed else "float32")
@@ -103,7 +103,7 @@ def test_benchmark_and_4gb_tables_match_the_code(trainer, tmp_path):
 
   config, shape, figures = phase_figures(trainer, "gtx960m", tmp_path,
                                          overrides=GTX960M_OVERRIDES.get(trainer, ()))
-  budget_mib = benchmark.BUDGET_MB
+  budget_mib = trainers.BUDGET_MB
   for doc, all_rows in tables("| preset | batch | estimate |"):
     rows = {}
     for row in all_rows:

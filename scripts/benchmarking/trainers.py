@@ -17,10 +17,10 @@ from common.contract.errors import ConfigError
 from common.runtime import hardware
 from common.training import distributed
 from common.training import train_step
-from scripts import benchmark_exports
-from scripts import benchmark_timing as timing
-from scripts import flops as flops_lib
-from scripts import memory_estimate
+from scripts.benchmarking import exports as exports_lib
+from scripts.benchmarking import flops as flops_lib
+from scripts.benchmarking import memory_estimate
+from scripts.benchmarking import timing
 from scripts.peers import measure
 
 # trainer (its task's NAME): (its config module, its task module), of every trainer of the repository
@@ -178,7 +178,7 @@ def benchmark_trainer(trainer, args, strategy, matmul_rates, workdir):
   own = estimates.get(config.mixed_precision) or next(iter(estimates.values()))
   exports = None
   if args.exports:
-    exports = benchmark_exports.benchmark_exports(task, settings, os.path.join(workdir, f"{trainer}-exports"))
+    exports = exports_lib.benchmark_exports(task, settings, os.path.join(workdir, f"{trainer}-exports"))
   return {
       "trainer": trainer,
       "preset": args.preset or "default",

@@ -6,7 +6,7 @@ import keras
 
 from common.app import conversion
 from common.app import export_check
-from scripts import benchmark_timing as timing
+from scripts.benchmarking import timing
 
 EXPORTS = (("SavedModel", "saved_model", None), ("ONNX", "onnx", None), ("LiteRT float32", "litert", None),
            ("LiteRT float16", "litert", "float16"), ("LiteRT int8", "litert", "int8"))

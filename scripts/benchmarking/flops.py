@@ -13,7 +13,7 @@ or the last blocks).
 import keras
 import numpy as np
 
-from scripts import memory_estimate
+from scripts.benchmarking import memory_estimate
 
 BACKWARD_FACTOR = 2  # gradients with respect to the input and to the weights
 

@@ -12,8 +12,8 @@ from common.nn import optimizers
 from common.runtime import hardware
 from common.training import distributed
 from common.training import train_step
-from scripts import benchmark_timing as timing
-from scripts import memory_estimate
+from scripts.benchmarking import memory_estimate
+from scripts.benchmarking import timing
 from scripts.peers import peer_runner
 
 TRIPLET_PEER_SIZES = (128, 512, 1024)
