@@ -11,7 +11,7 @@ upsampled bilinearly at the end: for objects many pixels wide, the network runs 
 output_stride**2 times fewer pixels. With context_rates, the deepest level ends in a context module
 (DeepLab v3's atrous spatial pyramid pooling): parallel 3x3 convolutions dilated by each rate, a 1x1
 one, and the image's mean features (image pooling) broadcast back, concatenated and mixed by a 1x1
-convolution, so that every pixel sees its whole object (a digit of 200 px is 13 cells at stride 16)
+convolution, so that every pixel sees its whole object (a digit of 200 px is 6 cells at stride 32)
 and the photo around it. The input size must be divisible by
 total_stride(widths, output_stride); logits are float32 under mixed precision.
 """
@@ -67,8 +67,8 @@ def _context(x, rates, regularizer, sync_batch_norm):
   args = (regularizer, sync_batch_norm)
   branches = [_conv_bn_relu(x, width, 1, *args, "context_1x1", kernel_size=1)]
   branches += [_conv_bn_relu(x, width, 1, *args, f"context_rate{rate}", dilation_rate=rate) for rate in rates]
-  # The mean is taken of the normalised, not the raw, features; its 1x1 convolution is applied at
-  # every pixel after broadcasting (the same value everywhere), which keeps the graph one shape.
+  # The 1x1 convolution of the image's mean runs after broadcasting, at every cell of the deepest level
+  # (a few dozen at 192 px): one graph shape for every branch, at a negligible cost.
   branches.append(_conv_bn_relu(ImagePooling(name="context_pool")(x), width, 1, *args, "context_image", kernel_size=1))
   x = keras.layers.Concatenate(name="context_concat")(branches)
   return _conv_bn_relu(x, width, 1, *args, "context_mix", kernel_size=1)
