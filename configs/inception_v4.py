@@ -98,10 +98,10 @@ def get_config(preset=None):
   config.data.synthetic_image_size = 96  # synthetic source: their size
   # tfds source (TensorFlow Datasets, requirements-tfds.txt): a data set with an image feature and a
   # ClassLabel feature "label", whose names are the classes (data.num_classes 0 = as many).
-  config.data.tfds_name = ""  # e.g. stanford_dogs (the 120 breeds of this recipe)
+  config.data.tfds_name = ""  # tfds source: the data set, e.g. stanford_dogs (the 120 breeds of this recipe)
   config.data.tfds_data_dir = ""  # where the data set is prepared; "" = TFDS's ~/tensorflow_datasets
-  config.data.tfds_train_split = "train"  # TFDS split syntax, e.g. "train[:90%]"
-  config.data.tfds_eval_split = "test"  # e.g. "train[90%:]"
+  config.data.tfds_train_split = "train"  # the training split, in TFDS split syntax, e.g. "train[:90%]"
+  config.data.tfds_eval_split = "test"  # the evaluation's split, e.g. "train[90%:]"
   config.data.tfds_download = False  # download and prepare the data set when it is not prepared
 
   presets = {

@@ -84,10 +84,10 @@ def get_config(preset=None):
   # tfds source (TensorFlow Datasets, requirements-tfds.txt): a data set with an image and a
   # segmentation_mask feature of class ids (mask values from num_classes on are ignored);
   # oxford_iiit_pet's trimaps are read as background 0, pet 1, the border ignored (num_classes=2).
-  config.data.tfds_name = ""  # e.g. oxford_iiit_pet
+  config.data.tfds_name = ""  # tfds source: the data set, e.g. oxford_iiit_pet
   config.data.tfds_data_dir = ""  # where the data set is prepared; "" = TFDS's ~/tensorflow_datasets
-  config.data.tfds_train_split = "train"  # TFDS split syntax, e.g. "train[:90%]"
-  config.data.tfds_eval_split = "test"  # e.g. "train[90%:]"
+  config.data.tfds_train_split = "train"  # the training split, in TFDS split syntax, e.g. "train[:90%]"
+  config.data.tfds_eval_split = "test"  # the evaluation's split, e.g. "train[90%:]"
   config.data.tfds_download = False  # download and prepare the data set when it is not prepared
 
   # Evaluation and predict (segmentation/inference.py); the SavedModel stays a whole-image network, and

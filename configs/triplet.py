@@ -70,11 +70,11 @@ def get_config(preset=None):
   # "label" naming the identity (Text, as lfw's person names, or ClassLabel), written once as identity
   # folders under cache_dir; verification pairs drawn from the seed (not LFW's published pairs),
   # num_pair_folds x pairs_per_fold, over the evaluation identities.
-  config.data.tfds_name = ""  # e.g. lfw
+  config.data.tfds_name = ""  # tfds source: the data set, e.g. lfw
   config.data.tfds_data_dir = ""  # where the data set is prepared; "" = TFDS's ~/tensorflow_datasets
-  config.data.tfds_train_split = "train"  # TFDS split syntax, e.g. "train[:90%]"
+  config.data.tfds_train_split = "train"  # the training split, in TFDS split syntax, e.g. "train[:90%]"
   config.data.tfds_eval_split = ""  # the evaluation identities' split; "" = held out of the train split
-  config.data.tfds_eval_fraction = 0.1  # identities held out, by a hash of their names, without one
+  config.data.tfds_eval_fraction = 0.1  # without tfds_eval_split: identities held out, by a hash of their names
   config.data.tfds_download = False  # download and prepare the data set when it is not prepared
 
   config.model = ml_collections.ConfigDict()

@@ -38,8 +38,8 @@ class TfdsSettings:
   tfds_eval_split: str
   tfds_download: bool
 
-  CHECKS = {"tfds_download": checks.BOOL, "tfds_name": checks.STRING, "tfds_data_dir": checks.STRING,
-            "tfds_train_split": checks.STRING, "tfds_eval_split": checks.STRING}
+  # The name, folder and splits are checked when the data set is opened (load_builder, open_split).
+  CHECKS = {"tfds_download": checks.BOOL}
 
   def open(self, for_training=True):
     """(builder, train Split or None for an evaluation, eval Split or None when data.tfds_eval_split
