@@ -227,9 +227,12 @@ def tfds_sources(settings, for_training=True):
   """(class names, train source or None, eval source) of data.tfds_train_split and
   data.tfds_eval_split; the class names are the label feature's."""
   sources.required(settings.tfds.tfds_eval_split, tfds_sets.EVAL_SPLIT_KEY, settings.source)
-  builder, train, evaluation = settings.tfds.open(for_training)
-  tfds_sets.image_feature(builder, "image", None, "the images")
-  label = tfds_sets.feature(builder, "label", "ClassLabel", "the class ids")
+  def check_features(builder):
+    tfds_sets.image_feature(builder, "image", None, "the images")
+    tfds_sets.feature(builder, "label", "ClassLabel", "the class ids")
+
+  builder, train, evaluation = settings.tfds.open(check_features, for_training)
+  label = builder.info.features["label"]
   class_names = check_num_classes(settings.num_classes, list(label.names), f"data.tfds_name={builder.name}")
 
   def source(split):

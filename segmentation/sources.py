@@ -259,14 +259,16 @@ def _npy_source(images, labels, pixel_max, start, stop):
 def tfds_sources(settings, for_training, shuffle_buffer):
   """(train source, eval source) of data.tfds_train_split and data.tfds_eval_split; the first is None
   for an evaluation. Masks are class ids, or for oxford_iiit_pet its trimaps as OXFORD_PETS_CLASSES."""
-  builder, train, evaluation = settings.tfds.open(for_training)
-  tfds_sets.image_feature(builder, "image", 3, "the images")
-  tfds_sets.image_feature(builder, "segmentation_mask", 1, "the masks")
-  ignore = settings.ignore_label
-  if builder.name == OXFORD_PETS:
-    if settings.num_classes != len(OXFORD_PETS_CLASSES):
+  def check_features(builder):
+    tfds_sets.image_feature(builder, "image", 3, "the images")
+    tfds_sets.image_feature(builder, "segmentation_mask", 1, "the masks")
+    if builder.name == OXFORD_PETS and settings.num_classes != len(OXFORD_PETS_CLASSES):
       raise ConfigError(f"data.num_classes={settings.num_classes}: {OXFORD_PETS}'s trimaps are 2 classes "
                         "(background, pet; the border is ignored); set data.num_classes=2")
+
+  builder, train, evaluation = settings.tfds.open(check_features, for_training)
+  ignore = settings.ignore_label
+  if builder.name == OXFORD_PETS:
     table = [_TRIMAP_CLASSES.get(value, ignore) for value in range(256)]
   else:  # class ids, as the other sources' masks; a value that is not one is ignored
     table = [value if value < settings.num_classes else ignore for value in range(256)]

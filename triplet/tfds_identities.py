@@ -24,9 +24,12 @@ Written = collections.namedtuple("Written", ["train_dir", "eval_dir", "pairs_pat
 def prepare(settings, seed, workdir):
   """Written(train_dir, eval_dir, pairs_path, the train split's fingerprint) of the SourceSettings'
   data set, written once under data.cache_dir (else <workdir>/data)."""
-  builder, train, evaluation = settings.tfds.open()
-  tfds_sets.image_feature(builder, "image", None, "the faces")
-  label = tfds_sets.feature(builder, "label", ("Text", "ClassLabel"), "the identities")
+  def check_features(builder):
+    tfds_sets.image_feature(builder, "image", None, "the faces")
+    tfds_sets.feature(builder, "label", ("Text", "ClassLabel"), "the identities")
+
+  builder, train, evaluation = settings.tfds.open(check_features)
+  label = builder.info.features["label"]
   names = label.names if type(label).__name__ == "ClassLabel" else None
   held_out = "" if evaluation else f"{settings.tfds_eval_fraction:g}"
   fingerprints = [split.fingerprint() for split in (train, evaluation) if split]

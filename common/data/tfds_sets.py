@@ -41,10 +41,12 @@ class TfdsSettings:
   # The name, folder and splits are checked when the data set is opened (load_builder, open_split).
   CHECKS = {"tfds_download": checks.BOOL}
 
-  def open(self, for_training=True):
+  def open(self, check_features, for_training=True):
     """(builder, train Split or None for an evaluation, eval Split or None when data.tfds_eval_split
-    is "", which the trainer allows where it holds evaluation examples out of the train split)."""
+    is "", which the trainer allows where it holds evaluation examples out of the train split);
+    check_features(builder) first, the trainer's check of the features it reads."""
     builder = load_builder(self.tfds_name, self.tfds_data_dir, self.tfds_download)
+    check_features(builder)
     train = open_split(builder, self.tfds_train_split, TRAIN_SPLIT_KEY) if for_training else None
     evaluation = open_split(builder, self.tfds_eval_split, EVAL_SPLIT_KEY) if self.tfds_eval_split else None
     return builder, train, evaluation
@@ -102,7 +104,7 @@ def feature(builder, key, kind, what):
   kinds = kind if isinstance(kind, tuple) else (kind,)
   found = features[key] if key in features.keys() else None
   if found is None or type(found).__name__ not in kinds:
-    have = ", ".join(f"{name} ({type(f).__name__})" for name, f in features.items())
+    have = ", ".join(f"{name} ({type(f).__name__})" for name, f in sorted(features.items()))
     raise ConfigError(f"data.{NAME_KEY}='{builder.name}': the trainer reads {what} from a feature '{key}' "
                       f"({' or '.join(kinds)}); the data set has {have}")
   return found

@@ -1,0 +1,184 @@
+"""data.source='tfds' in the three trainers (common/data/tfds_sets.py): each trains on a prepared TFDS
+data set (tests/tfds_data.py's tiny copies, made by TFDS's own builders), resumes after SIGTERM as a
+straight run goes, and evaluates; bad data sets, splits, features and set-ups are one line each."""
+import contextlib
+import os
+import re
+import runpy
+import signal
+import subprocess
+import sys
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from common.data import tfds_sets
+from helpers import REPO_ROOT
+from helpers import make_config
+from test_bad_inputs import run_like_the_cli
+from test_segmentation_train import checkpoint_values
+
+# trainer: (config file, train module, the data set it reads here, its overrides)
+TRAINERS = {
+    "segmentation": ("segmentation", "segmentation.train", "oxford_iiit_pet", {"data.num_classes": 2}),
+    "inception_v4": ("inception_v4", "inception_finetune.train", "stanford_dogs", {"data.num_classes": 0}),
+    # 10 identities: 3 held out (by name hash), so that verification pairs have two of them.
+    "triplet": ("triplet", "triplet.train", "lfw", {"data.tfds_eval_fraction": 0.3}),
+}
+
+
+def tfds_overrides(trainer, data_dir, **more):
+  _, _, name, own = TRAINERS[trainer]
+  return {"data.source": "tfds", "data.tfds_name": name, "data.tfds_data_dir": str(data_dir), **own, **more}
+
+
+def flags_of(overrides):
+  return [f"--config.{key}={value}" for key, value in overrides.items()]
+
+
+# Bad inputs: (trainer, case, overrides beyond tfds_overrides, the words of the one line).
+BAD = [
+    ("segmentation", "unknown name", {"data.tfds_name": "no_such_data_set"},
+     "data.tfds_name='no_such_data_set' is not a TensorFlow Datasets data set"),
+    ("triplet", "empty name", {"data.tfds_name": ""}, "data.tfds_name must be set for data.source='tfds'"),
+    ("inception_v4", "not prepared", {"data.tfds_name": "mnist"},
+     "data.tfds_name='mnist' is not prepared in {data_dir}/mnist/3.0.1: run `tfds build mnist "
+     "--data_dir={data_dir}`"),
+    ("segmentation", "missing split", {"data.tfds_train_split": "validation"},
+     "data.tfds_train_split='validation' of 'oxford_iiit_pet': Unknown split 'validation'"),
+    ("inception_v4", "malformed split", {"data.tfds_eval_split": "test[:50"},
+     "data.tfds_eval_split='test[:50' of 'stanford_dogs'"),
+    ("triplet", "empty split", {"data.tfds_train_split": "train[:0]"},
+     "data.tfds_train_split='train[:0]' of 'lfw' holds no examples"),
+    ("segmentation", "no segmentation mask", {"data.tfds_name": "stanford_dogs"},
+     "the trainer reads the masks from a feature 'segmentation_mask' (Image); the data set has image (Image)"),
+    ("inception_v4", "label of the wrong kind", {"data.tfds_name": "lfw"},
+     "the trainer reads the class ids from a feature 'label' (ClassLabel); the data set has image (Image), "
+     "label (Text)"),
+    ("segmentation", "trimaps with other classes", {"data.num_classes": 3},
+     "data.num_classes=3: oxford_iiit_pet's trimaps are 2 classes"),
+]
+
+
+@pytest.mark.parametrize("trainer, case, overrides, words", BAD, ids=[f"{t}: {c}" for t, c, _, _ in BAD])
+def test_a_bad_data_set_split_or_feature_is_one_line(trainer, case, overrides, words, tfds_data_dir, tmp_path,
+                                                     capsys):
+  del case
+  config = make_config(TRAINERS[trainer][0], "smoke", **tfds_overrides(trainer, tfds_data_dir, **overrides))
+  code, lines = run_like_the_cli(trainer, config, str(tmp_path / "run"), capsys)
+  words = words.format(data_dir=tfds_data_dir)
+  assert code == 2 and lines[-1].startswith("error: ") and words in lines[-1], lines[-3:]
+  assert sum(line.startswith("error: ") for line in lines) == 1, lines
+
+
+def test_without_the_extra_a_tfds_run_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # an import of it fails
+  config = make_config("segmentation", "smoke", **{"data.source": "tfds", "data.tfds_name": "oxford_iiit_pet"})
+  code, lines = run_like_the_cli("segmentation", config, str(tmp_path / "run"), capsys)
+  assert code == 2 and lines[-1] == f"error: {tfds_sets.MISSING}", lines[-3:]
+  assert "pip install -r requirements-tfds.txt" in tfds_sets.MISSING
+
+
+@contextlib.contextmanager
+def fresh_flags():
+  """The flags a command line defines, removed after it, so that another runs in this interpreter."""
+  before = set(flags.FLAGS)
+  try:
+    yield
+  finally:
+    for name in set(flags.FLAGS) - before:
+      delattr(flags.FLAGS, name)
+
+
+def run_module(module, args):
+  """(exit code, stderr lines) of `python -m module args...` run in this interpreter (runpy)."""
+  with fresh_flags(), contextlib.redirect_stderr(captured := _Lines()), pytest.raises(SystemExit) as exit_info:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+  return exit_info.value.code, captured.lines()
+
+
+class _Lines(list):
+  def write(self, text):
+    self.append(text)
+
+  def flush(self):
+    pass
+
+  def lines(self):
+    return "".join(self).strip().splitlines()
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_inside_mock_data_a_command_line_says_a_run_needs_a_prepared_data_set(trainer, tmp_path, monkeypatch):
+  """tfds.testing.mock_data's examples come from a Python generator: no checkpoint can hold their
+  position, so a run under it stops at once, one line saying so, rather than fail at its first save."""
+  tfds = pytest.importorskip("tensorflow_datasets", reason="the tfds extra is not installed")
+  config_file, module, name, own = TRAINERS[trainer]
+  monkeypatch.setattr(sys, "argv", [module, f"--config=configs/{config_file}.py:smoke",
+                                    f"--workdir={tmp_path / 'run'}",
+                                    *flags_of({"data.source": "tfds", "data.tfds_name": name, **own})])
+  monkeypatch.chdir(REPO_ROOT)
+  monkeypatch.delitem(sys.modules, module, raising=False)  # run as __main__ afresh, as `python -m` does
+  with tfds.testing.mock_data(num_examples=4):
+    code, lines = run_module(module, sys.argv[1:])
+  assert code == 2 and lines[-1].startswith("error: data.source='tfds' cannot train inside "
+                                            "tfds.testing.mock_data"), lines[-3:]
+  assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def command(trainer, data_dir, workdir, cache_dir, **overrides):
+  """The command line of a short deterministic run on the trainer's prepared data set."""
+  config_file, module, _, _ = TRAINERS[trainer]
+  steps = {"deterministic": True, "train.num_steps": 4, "train.log_every": 1, "summaries.scalars_every": 1,
+           "summaries.images_every": 4, "train.eval_every": 4, "train.checkpoint_every": 4}
+  if trainer == "inception_v4":  # the head alone: the phase of the recipe's first steps
+    steps.update({"finetune.head_steps": 4, "data.image_size": 75, "data.eval_batch_size": 8})
+  if trainer == "triplet":
+    steps.update({"data.cache_dir": str(cache_dir), "summaries.histograms_every": 4})
+  return ["-m", module, f"--config=configs/{config_file}.py:smoke", f"--workdir={workdir}",
+          *flags_of(tfds_overrides(trainer, data_dir, **steps, **overrides))]
+
+
+def run(args, stop_after_step=None):
+  """(exit code, stderr) of `python args`; SIGTERM once it logs step `stop_after_step`."""
+  process = subprocess.Popen([sys.executable, *args], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  lines = []
+  for line in process.stderr:
+    lines.append(line)
+    if stop_after_step and re.search(rf"step {stop_after_step}/", line):
+      process.send_signal(signal.SIGTERM)
+      stop_after_step = None
+  return process.wait(timeout=600), "".join(lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_a_run_resumed_after_sigterm_ends_as_a_straight_run_and_a_changed_split_is_refused(
+    trainer, tfds_data_dir, tmp_path):
+  """The trainer's command line on its data set: 4 steps straight; 4 steps stopped by SIGTERM after
+  step 2 (at the end of its compiled call) and run again: the same weights, bit for bit; both
+  evaluated. The same run with another training split is refused: its input position is another's."""
+  straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+  code, log = run(command(trainer, tfds_data_dir, straight, tmp_path / "cache"))
+  assert code == 0, log[-3000:]
+  code, log = run(command(trainer, tfds_data_dir, interrupted, tmp_path / "cache"), stop_after_step=2)
+  assert code == 128 + signal.SIGTERM, log[-3000:]
+  stopped_at = tf.train.latest_checkpoint(interrupted / "checkpoints")
+  assert 2 <= int(checkpoint_values(stopped_at)["step/.ATTRIBUTES/VARIABLE_VALUE"]) < 4
+  other_split = command(trainer, tfds_data_dir, interrupted, tmp_path / "cache",
+                        **{"data.tfds_train_split": "train[:90%]"})
+  code, log = run(other_split)
+  assert code == 2 and "was written with another input pipeline (train" in log.strip().splitlines()[-1], log[-3000:]
+  code, log = run(command(trainer, tfds_data_dir, interrupted, tmp_path / "cache"))
+  assert code == 0 and f"resuming from {stopped_at}" in log, log[-3000:]
+  expected = checkpoint_values(tf.train.latest_checkpoint(straight / "checkpoints"))
+  actual = checkpoint_values(tf.train.latest_checkpoint(interrupted / "checkpoints"))
+  assert expected.keys() == actual.keys()
+  assert int(actual["step/.ATTRIBUTES/VARIABLE_VALUE"]) == 4
+  for name, value in expected.items():
+    np.testing.assert_array_equal(value, actual[name], err_msg=name)
+  for workdir in (straight, interrupted):
+    assert os.path.isfile(workdir / "metrics.json") and os.path.isdir(workdir / "saved_model")
