@@ -57,6 +57,7 @@ def prepare(name, data_dir, seed=0):
   """Prepares data set `name` in data_dir with made-up examples; returns its builder."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   make, splits = _SETS[name]
+  tfds.disable_progress_bar()
   builder = tfds.builder(name, data_dir=data_dir)
 
   def split_generators(self, dl_manager):  # pylint: disable=unused-argument
