@@ -112,6 +112,11 @@ ADAPTATIONS = {
     "python -m inception_finetune.train --config=configs/inception_v4.py --config.checkpoint_path=inception_v4.ckpt --config.data.source=tfds": Skip(TFDS_DOWNLOAD),
     "python -m segmentation.train --config=configs/segmentation.py --config.data.source=tfds": Skip(TFDS_DOWNLOAD),
     "python -m triplet.train --config=configs/triplet.py --config.data.source=tfds": Skip(TFDS_DOWNLOAD),
+    "python scripts/benchmark.py inception_v4 --variants float32 --set data.source=tfds": Skip(
+        "reads the prepared stanford_dogs (a 0.8 GB download); tests/test_benchmark.py runs the benchmark"),
+    "python scripts/benchmark.py inception_v4 --variants float32 --set data.source=folder": Skip(
+        "reads Stanford Dogs' Images/ (the same photos as the line above), whose download the suite does "
+        "not make; tests/test_benchmark.py runs the benchmark"),
     "python -m segmentation.train --config=configs/segmentation.py": Run(
         "the default preset trains 800 steps; the smoke preset runs the same code in seconds",
         preset="smoke"),
