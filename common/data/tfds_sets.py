@@ -1,6 +1,6 @@
 """data.source='tfds': the splits of a TensorFlow Datasets data set, read as every other source is.
 
-A data set is opened once (open_split): its builder from data.tfds_name and data.tfds_data_dir,
+A data set is opened once (TfdsSettings.open): its builder from data.tfds_name and data.tfds_data_dir,
 prepared (or, with data.tfds_download, downloaded and prepared), the split (TFDS split syntax,
 "train[:90%]") and the features the trainer needs checked, each problem one line naming its key.
 
