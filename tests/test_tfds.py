@@ -152,6 +152,23 @@ def test_the_input_position_saved_in_a_checkpoint_gives_the_same_batches_after_a
   assert any(not np.array_equal(a[0], b[0]) for a, b in zip(first, expected))
 
 
+def test_lfw_people_are_held_out_by_name_and_the_pairs_drawn_from_the_seed_over_them(tfds_data_dir, tmp_path):
+  import tfds_data  # pylint: disable=import-outside-toplevel
+  from triplet import data as data_lib  # pylint: disable=import-outside-toplevel
+  from triplet import lfw_pairs  # pylint: disable=import-outside-toplevel
+  from triplet import tfds_identities  # pylint: disable=import-outside-toplevel
+  written = {}
+  for seed in (0, 1):
+    config = make_config("triplet", "smoke", seed=seed, **tfds_overrides("triplet", tfds_data_dir))
+    written[seed] = tfds_identities.prepare(data_lib.read_settings(config.data).source, seed, str(tmp_path))
+  train, held_out = (sorted(os.listdir(getattr(written[0], folder))) for folder in ("train_dir", "eval_dir"))
+  assert sorted(train + held_out) == sorted(tfds_data.LFW_PEOPLE) and len(held_out) == 3
+  assert sorted(os.listdir(written[1].eval_dir)) == held_out  # by name, whatever the seed
+  pairs = {seed: lfw_pairs.read_pairs(w.pairs_path, w.eval_dir)[0] for seed, w in written.items()}
+  assert {os.path.basename(os.path.dirname(path)) for pair in pairs[0] for path in pair[:2]} <= set(held_out)
+  assert pairs[0] != pairs[1]  # drawn from the seed
+
+
 def command(trainer, data_dir, workdir, cache_dir, **overrides):
   """The command line of a short deterministic run on the trainer's prepared data set."""
   config_file, module, _, _ = TRAINERS[trainer]

@@ -37,22 +37,21 @@ def prepare(settings, seed, workdir):
   pairs = f"{settings.num_pair_folds}x{settings.pairs_per_fold}"
 
   def write(directory):
-    train_faces = _faces(train, names)
+    train_dir, eval_dir = os.path.join(directory, "train"), os.path.join(directory, "eval")
+    counts = _write_faces(train, names, train_dir)
     if evaluation:
-      eval_faces = _faces(evaluation, names)
-    else:
-      kept, held = sources.split_by_hash(sorted(train_faces), settings.tfds_eval_fraction, path_fn=str)
+      eval_counts = _write_faces(evaluation, names, eval_dir)
+    else:  # the held-out identities' folders move from train/ to eval/
+      _, held = sources.split_by_hash(sorted(counts), settings.tfds_eval_fraction, path_fn=str)
       if not held:
-        raise DataError(f"data.tfds_train_split='{train.split}' of '{builder.name}' has "
-                        f"{len(train_faces)} identity: none to hold out for evaluation")
-      eval_faces = {name: train_faces[name] for name in held}
-      train_faces = {name: train_faces[name] for name in kept}
-    counts = {name: _write_identity(os.path.join(directory, "eval"), name, faces)
-              for name, faces in sorted(eval_faces.items())}
-    for name, faces in sorted(train_faces.items()):
-      _write_identity(os.path.join(directory, "train"), name, faces)
+        raise DataError(f"data.tfds_train_split='{train.split}' of '{builder.name}' has {len(counts)} "
+                        "identity: none to hold out for evaluation")
+      os.makedirs(eval_dir)
+      for name in held:
+        os.rename(os.path.join(train_dir, name), os.path.join(eval_dir, name))
+      eval_counts = {name: counts[name] for name in sorted(held)}
     try:
-      lfw_pairs.write_pairs_file(os.path.join(directory, "pairs.txt"), counts, settings.num_pair_folds,
+      lfw_pairs.write_pairs_file(os.path.join(directory, "pairs.txt"), eval_counts, settings.num_pair_folds,
                                  settings.pairs_per_fold, np.random.default_rng(seed))
     except ValueError as e:
       raise DataError(f"the evaluation identities of '{builder.name}': {e}") from None
@@ -63,22 +62,19 @@ def prepare(settings, seed, workdir):
                  os.path.join(directory, "pairs.txt"), fingerprints[0])
 
 
-def _faces(split, class_names):
-  """{identity name: [encoded image bytes]} of a split, in its stored order."""
-  faces = collections.defaultdict(list)
+def _write_faces(split, class_names, root):
+  """Writes each face of a split, in its stored order, as <root>/<name>/<name>_0001.jpg (.png, as
+  stored), LFW's names; returns {identity name: images}."""
+  counts = collections.Counter()
   for example in split.read(None, 1, encoded=("image",)).as_numpy_iterator():
     label = example["label"]
     name = class_names[label] if class_names is not None else label.decode("utf-8")
-    faces[name.replace("/", "_").strip() or "_"].append(example["image"])
-  return faces
-
-
-def _write_identity(root, name, faces):
-  """Writes <root>/<name>/<name>_0001.jpg (.png), LFW's names; returns how many."""
-  directory = os.path.join(root, name)
-  os.makedirs(directory)
-  for i, contents in enumerate(faces, 1):
+    name = name.replace("/", "_").strip() or "_"
+    counts[name] += 1
+    if counts[name] == 1:
+      os.makedirs(os.path.join(root, name))
+    contents = example["image"]
     extension = ".jpg" if contents[:2] == b"\xff\xd8" else ".png"
-    with open(os.path.join(directory, f"{name}_{i:04d}{extension}"), "wb") as f:
+    with open(os.path.join(root, name, f"{name}_{counts[name]:04d}{extension}"), "wb") as f:
       f.write(contents)
-  return len(faces)
+  return dict(counts)
