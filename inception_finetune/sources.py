@@ -227,6 +227,7 @@ def tfds_sources(settings, for_training=True):
   """(class names, train source or None, eval source) of data.tfds_train_split and
   data.tfds_eval_split; the class names are the label feature's."""
   sources.required(settings.tfds.tfds_eval_split, tfds_sets.EVAL_SPLIT_KEY, settings.source)
+
   def check_features(builder):
     tfds_sets.image_feature(builder, "image", None, "the images")
     tfds_sets.feature(builder, "label", "ClassLabel", "the class ids")
