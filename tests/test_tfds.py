@@ -201,10 +201,11 @@ def test_a_run_resumed_after_sigterm_ends_as_a_straight_run_and_a_changed_split_
     trainer, tfds_data_dir, tmp_path):
   """The trainer's command line on its data set: 4 steps stopped by SIGTERM after step 2 (at the end
   of its compiled call) and run again, refused in between with another training split (its input
-  position is another's); then the evaluation command on the run. Segmentation and triplet end
-  with a straight run's weights, bit for bit. Inception V4's resumed weights differ from a straight
-  run's in its optimizer's slots and later weights (also with dropout off and from a TF-Slim
-  checkpoint): not compared here; its restored input is (test_the_input_position_saved_...)."""
+  position is another's; Inception V4 skips this run, its fingerprint being the others'); then the
+  evaluation command on the run. Segmentation and triplet end with a straight run's weights, bit for
+  bit. Inception V4's resumed weights differ from a straight run's in its optimizer's slots and later
+  weights (also with dropout off, from a TF-Slim checkpoint, and on the synthetic source): not
+  compared here; its restored input is (test_the_input_position_saved_...)."""
   def run_of(workdir, **overrides):
     return command(trainer, tfds_data_dir, workdir, tmp_path / "cache", **overrides)
 
@@ -213,8 +214,9 @@ def test_a_run_resumed_after_sigterm_ends_as_a_straight_run_and_a_changed_split_
   assert code == 128 + signal.SIGTERM, log[-3000:]
   stopped_at = tf.train.latest_checkpoint(interrupted / "checkpoints")
   assert 2 <= int(checkpoint_values(stopped_at)["step/.ATTRIBUTES/VARIABLE_VALUE"]) < 4
-  code, log = run(run_of(interrupted, **{"data.tfds_train_split": "train[:90%]"}))
-  assert code == 2 and "was written with another input pipeline (train" in log.strip().splitlines()[-1], log[-3000:]
+  if trainer != "inception_v4":  # one fingerprint for all three (common/data/tfds_sets.py)
+    code, log = run(run_of(interrupted, **{"data.tfds_train_split": "train[:90%]"}))
+    assert code == 2 and "was written with another input pipeline (train" in log.strip().splitlines()[-1], log[-3000:]
   code, log = run(run_of(interrupted))
   assert code == 0 and f"resuming from {stopped_at}" in log, log[-3000:]
   actual = checkpoint_values(tf.train.latest_checkpoint(interrupted / "checkpoints"))
