@@ -59,7 +59,7 @@ def get_config(preset=None):
   config.model.logits_stddev = 0.01  # truncated normal initialization of the new logits
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = "synthetic"  # synthetic | folder | csv | tfrecord
+  config.data.source = "synthetic"  # synthetic | folder | csv | tfrecord | tfds
   config.data.num_classes = 120  # 0 = from the data (class folders, CSV names, labels file)
   config.data.image_size = 299  # the network's input, height and width
   config.data.central_fraction = 0.875  # evaluation crop
@@ -76,7 +76,7 @@ def get_config(preset=None):
   config.data.mix_prob = 1.0  # probability that a batch is mixed at all
   config.data.mix_switch_prob = 0.5  # with both alphas on: probability of CutMix rather than mixup
   config.data.eval_batch_size = 32  # evaluation images per batch
-  config.data.shuffle_buffer = 1000  # tfrecord source; file lists are shuffled whole
+  config.data.shuffle_buffer = 1000  # tfrecord and tfds sources' records; file lists are shuffled whole
   config.data.eval_fraction = 0.1  # folder/csv without a separate eval set
   config.data.skip_bad_files = False  # skip and count undecodable files instead of stopping
   # error | warn: an id of csv_path (or an id or name of labels_file) listed twice (warn keeps the
@@ -96,6 +96,13 @@ def get_config(preset=None):
   config.data.cache_dir = ""  # synthetic images are written here; "" = <workdir>/data
   config.data.synthetic_images_per_class = 25  # synthetic source: images per class
   config.data.synthetic_image_size = 96  # synthetic source: their size
+  # tfds source (TensorFlow Datasets, requirements-tfds.txt): a data set with an image feature and a
+  # ClassLabel feature "label", whose names are the classes (data.num_classes 0 = as many).
+  config.data.tfds_name = ""  # tfds source: the data set, e.g. stanford_dogs (the 120 breeds of this recipe)
+  config.data.tfds_data_dir = ""  # where the data set is prepared; "" = TFDS's ~/tensorflow_datasets
+  config.data.tfds_train_split = "train"  # the training split, in TFDS split syntax, e.g. "train[:90%]"
+  config.data.tfds_eval_split = "test"  # the evaluation's split, e.g. "train[90%:]"
+  config.data.tfds_download = False  # download and prepare the data set when it is not prepared
 
   presets = {
       "default": {},

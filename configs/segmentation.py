@@ -29,7 +29,7 @@ def get_config(preset=None):
   config.optimizer.clipnorm = 1.0
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = "synthetic"  # synthetic | folder | voc | tfrecord | npy
+  config.data.source = "synthetic"  # synthetic | folder | voc | tfrecord | npy | tfds
   config.data.num_classes = 5  # class ids 0..num_classes-1 (0 the background)
   config.data.ignore_label = 255  # mask value left out of the loss and the metrics
   config.data.patch_size = 28  # training patches are patch_size x patch_size, cut from whole images
@@ -56,7 +56,7 @@ def get_config(preset=None):
   # error | warn: an image id listed twice in a split file (warn keeps the first) or in both split
   # files (warn keeps it in both); warn logs a line instead of stopping.
   config.data.duplicates = "error"
-  config.data.shuffle_buffer = 2048  # training patches shuffled in a buffer of this many
+  config.data.shuffle_buffer = 2048  # training patches shuffled in a buffer of this many (and tfds images)
   config.data.class_names = ()  # () = from the source (synthetic, VOC) or class_<id>
   config.data.eval_batch_size = 8  # when all eval images have one size; else 1
   # The pixels one call of the network sees in evaluation and predict: a whole image (a larger one
@@ -81,6 +81,14 @@ def get_config(preset=None):
   config.data.eval_images = ""  # npy source: the evaluation patches
   config.data.eval_labels = ""  # npy source: the evaluation labels
   config.data.npy_pixel_max = 255.0  # float .npy pixels span [0, npy_pixel_max]
+  # tfds source (TensorFlow Datasets, requirements-tfds.txt): a data set with an image and a
+  # segmentation_mask feature of class ids (mask values from num_classes on are ignored);
+  # oxford_iiit_pet's trimaps are read as background 0, pet 1, the border ignored (num_classes=2).
+  config.data.tfds_name = ""  # tfds source: the data set, e.g. oxford_iiit_pet
+  config.data.tfds_data_dir = ""  # where the data set is prepared; "" = TFDS's ~/tensorflow_datasets
+  config.data.tfds_train_split = "train"  # the training split, in TFDS split syntax, e.g. "train[:90%]"
+  config.data.tfds_eval_split = "test"  # the evaluation's split, e.g. "train[90%:]"
+  config.data.tfds_download = False  # download and prepare the data set when it is not prepared
 
   # Evaluation and predict (segmentation/inference.py); the SavedModel stays a whole-image network, and
   # evaluate and predict apply these around it too. Sliding windows (mmsegmentation's slide mode):

@@ -40,7 +40,7 @@ def get_config(preset=None):
   config.summaries.max_projector_points = 2000
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = "synthetic"  # synthetic | folder
+  config.data.source = "synthetic"  # synthetic | folder | tfds
   config.data.identities_per_batch = 32  # P
   config.data.images_per_identity = 4  # K
   # Identities with fewer than K images: error | drop | repeat (reuse their images).
@@ -66,6 +66,16 @@ def get_config(preset=None):
   config.data.images_per_synthetic_identity = 8  # images each synthetic identity makes
   config.data.num_pair_folds = 10  # cross-validation folds of the verification pairs (LFW: 10)
   config.data.pairs_per_fold = 30  # same pairs per fold, and as many different pairs
+  # tfds source (TensorFlow Datasets, requirements-tfds.txt): a data set with an image feature and a
+  # "label" naming the identity (Text, as lfw's person names, or ClassLabel), written once as identity
+  # folders under cache_dir; verification pairs drawn from the seed (not LFW's published pairs),
+  # num_pair_folds x pairs_per_fold, over the evaluation identities.
+  config.data.tfds_name = ""  # tfds source: the data set, e.g. lfw
+  config.data.tfds_data_dir = ""  # where the data set is prepared; "" = TFDS's ~/tensorflow_datasets
+  config.data.tfds_train_split = "train"  # the training split, in TFDS split syntax, e.g. "train[:90%]"
+  config.data.tfds_eval_split = ""  # the evaluation identities' split; "" = held out of the train split
+  config.data.tfds_eval_fraction = 0.1  # without tfds_eval_split: identities held out, by a hash of their names
+  config.data.tfds_download = False  # download and prepare the data set when it is not prepared
 
   config.model = ml_collections.ConfigDict()
   config.model.embedding_size = 128  # the embedding's dimension

@@ -38,12 +38,14 @@ from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import class_labels
 from common.data import image_checks
+from common.data import listing
 from common.data import text_inputs
+from common.data import tfds_sets
 from inception_finetune import augment
 from inception_finetune import input_pipeline
 from inception_finetune import sources as sources_lib
 
-SOURCES = ("synthetic", "folder", "csv", "tfrecord")
+SOURCES = ("synthetic", "folder", "csv", "tfrecord", "tfds")
 LABELS_FILENAME = "labels.txt"
 CLASS_BALANCE_FILENAME = "class_balance.csv"
 
@@ -69,7 +71,8 @@ class SourceSettings:
   cache_dir: str
   synthetic_images_per_class: int
   synthetic_image_size: int
-  shuffle_buffer: int  # TFRecords' records, shuffled before they are read
+  shuffle_buffer: int  # TFRecords' records (or a TFDS split's examples), shuffled before they are read
+  tfds: tfds_sets.TfdsSettings
 
   CHECKS = {
       "skip_bad_files": checks.BOOL,
@@ -196,7 +199,8 @@ class ClassificationData:
     new_train: () -> a new pipeline equal to `train`, from its first batch (a second iterator of
       `train` itself would draw another shuffle); None for an evaluation.
     data_report: what the checks skipped (common/data/image_checks.skip_report), for metrics.json.
-    train_files: the training images, or TFRecord shards, in order.
+    train_files: the training images, or TFRecord shards, in order ([] for TFDS).
+    train_fingerprint: what the training examples are, for the input fingerprint.
     run_files: {name: text} of labels.txt and class_balance.csv, which the loop writes into the
       workdir with config.json, once the run's checks pass.
   """
@@ -210,6 +214,7 @@ class ClassificationData:
   new_train: Optional[Callable[[], tf.data.Dataset]]
   data_report: dict = dataclasses.field(default_factory=dict)
   train_files: list = dataclasses.field(default_factory=list)
+  train_fingerprint: str = ""
   run_files: dict = dataclasses.field(default_factory=dict)
 
 
@@ -249,6 +254,8 @@ def make_datasets(settings, batch_size, seed, workdir=None, for_training=True):
                             class_names=tuple(class_names), train_counts=train_source.counts,
                             num_eval=int(eval_source.counts.sum()), data_report=report,
                             train_files=train_source.files,
+                            train_fingerprint=train_source.fingerprint or listing.files_fingerprint(
+                                train_source.files),
                             run_files={LABELS_FILENAME: class_labels.labels_file_text(class_names),
                                        CLASS_BALANCE_FILENAME: class_labels.class_balance_csv(
                                            train_source.counts, class_names, source.min_class_count)},

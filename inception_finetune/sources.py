@@ -18,6 +18,7 @@ from common.data import listing
 from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
+from common.data import tfds_sets
 from common.data import tfrecords
 from inception_finetune import synthetic
 
@@ -32,8 +33,10 @@ _PATH_AND_CLASS = (operator.itemgetter(0), operator.itemgetter(1))
 
 # A source in a uniform shape: read(seed) -> dataset of (encoded image bytes, int32 label),
 # shuffled and endless with a seed, in order and once with None; counts per class of the
-# images used; the names of those the check skipped.
-Source = collections.namedtuple("Source", ["read", "counts", "skipped", "files"])
+# images used; the names of those the check skipped; its files, or where it says what its examples
+# are (TFDS) that fingerprint instead.
+Source = collections.namedtuple("Source", ["read", "counts", "skipped", "files", "fingerprint"],
+                                defaults=[None])
 
 
 def make_sources(settings, seed, workdir, for_training=True, run_names=None):
@@ -41,6 +44,8 @@ def make_sources(settings, seed, workdir, for_training=True, run_names=None):
   (for_training=False) the train source is None, and run_names are the run's class names or None."""
   if settings.source == "tfrecord":
     return tfrecord_sources(settings, for_training)
+  if settings.source == "tfds":
+    return tfds_sources(settings, for_training)
   if settings.source == "csv":
     return csv_sources(settings, for_training)
   if settings.source == "synthetic":
@@ -213,3 +218,33 @@ def tfrecord_sources(settings, for_training=True):
                    tfrecords.list_tfrecord_files(pattern))
 
   return class_names, source(train_pattern) if for_training else None, source(eval_pattern)
+
+
+# TensorFlow Datasets (common/data/tfds_sets.py): an image feature and a ClassLabel label.
+
+
+def tfds_sources(settings, for_training=True):
+  """(class names, train source or None, eval source) of data.tfds_train_split and
+  data.tfds_eval_split; the class names are the label feature's."""
+  sources.required(settings.tfds.tfds_eval_split, tfds_sets.EVAL_SPLIT_KEY, settings.source)
+
+  def check_features(builder):
+    tfds_sets.image_feature(builder, "image", None, "the images")
+    tfds_sets.feature(builder, "label", "ClassLabel", "the class ids")
+
+  builder, train, evaluation = settings.tfds.open(check_features, for_training)
+  label = builder.info.features["label"]
+  class_names = check_num_classes(settings.num_classes, list(label.names), f"data.tfds_name={builder.name}")
+
+  def source(split):
+    def read(seed):
+      examples = split.read(seed, settings.shuffle_buffer, encoded=("image",))
+      return examples.map(lambda e: (e["image"], tf.cast(e["label"], tf.int32)),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+
+    # The labels alone, read once for the class balance (the images stay encoded).
+    labels = np.concatenate([batch["label"] for batch in split.read(None, 1, encoded=("image",))
+                             .map(lambda e: {"label": e["label"]}).batch(4096).as_numpy_iterator()])
+    return Source(read, class_labels.count_labels(labels, len(class_names)), [], [], split.fingerprint())
+
+  return class_names, source(train) if for_training else None, source(evaluation)

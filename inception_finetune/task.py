@@ -15,7 +15,6 @@ from common.contract import bounds
 from common.contract import checks
 from common.contract import task as task_lib
 from common.contract.errors import ConfigError
-from common.data import listing
 from common.nn import optimizers
 from common.training import calibration
 from common.training import evaluation
@@ -292,7 +291,7 @@ def input_fingerprint(batch_size, settings, data):
   return {"train.batch_size": batch_size, "data.image_size": settings.image_size,
           "data.shuffle_buffer": settings.source.shuffle_buffer,
           "data.oversample_to": settings.train.oversample_to,
-          "train files": listing.files_fingerprint(data.train_files),
+          "train files": data.train_fingerprint,
           "train images": int(data.train_counts.sum())}
 
 

@@ -31,12 +31,13 @@ from common.data import image_checks
 from common.data import normalization
 from common.data import sources
 from common.data import text_inputs
+from common.data import tfds_sets
 from segmentation import augment as augment_lib
 from segmentation import input_pipeline
 from segmentation import sources as sources_lib
 from segmentation import synthetic
 
-SOURCES = ("synthetic", "folder", "voc", "tfrecord", "npy")
+SOURCES = ("synthetic", "folder", "voc", "tfrecord", "npy", "tfds")
 VOC_CLASS_NAMES = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
     "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
@@ -72,6 +73,7 @@ class SourceSettings:
   eval_images: str
   eval_labels: str
   npy_pixel_max: float
+  tfds: tfds_sets.TfdsSettings
 
   CHECKS = {
       "skip_bad_files": checks.BOOL,
@@ -185,6 +187,8 @@ def _check_source_keys(settings, for_training):
     if for_training:
       sources.required(settings.train_pattern, "train_pattern", settings.source)
     sources.required(settings.eval_pattern, "eval_pattern", settings.source)
+  elif settings.source == "tfds":  # read when the data set is opened (sources.tfds_sources)
+    sources.required(settings.tfds.tfds_eval_split, tfds_sets.EVAL_SPLIT_KEY, settings.source)
   else:  # npy: the train arrays hold the evaluation's records too when there are no eval arrays
     if bool(settings.eval_images) != bool(settings.eval_labels):
       raise ConfigError("set both data.eval_images and data.eval_labels, or neither")
@@ -204,7 +208,8 @@ class SegmentationData:
     class_names: a name per class, or None.
     ignore_label: label of pixels that count in no loss or metric.
     num_eval_images: images in one pass of `eval`.
-    train_files: (image path, mask path) of every training image, or None (TFRecords, .npy).
+    train_files: (image path, mask path) of every training image, or None (TFRecords, .npy, TFDS).
+    train_fingerprint: what the training examples are, where the source says it (TFDS), else None.
     num_train_images: images (or records) the training pipeline draws from; 0 for an evaluation.
     data_report: what the checks skipped (common/data/image_checks.skip_report), for metrics.json.
   """
@@ -216,6 +221,7 @@ class SegmentationData:
   num_eval_images: int
   num_train_images: int
   train_files: list = None
+  train_fingerprint: str = None
   data_report: dict = dataclasses.field(default_factory=dict)
 
 
@@ -240,7 +246,7 @@ def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_tr
   # Evaluated whole (not tiled), an image over data.eval_max_pixels is refused before training.
   max_pixels = None if tiled else settings.eval.eval_max_pixels
   (train_source, eval_source), train_files = sources_lib.make_sources(source, seed, workdir, for_training,
-                                                                      max_pixels)
+                                                                      max_pixels, settings.train.shuffle_buffer)
   train = input_pipeline.make_train(
       train_source, batch_size, seed, patch_size=settings.train.patch_size,
       patches_per_image=settings.train.patches_per_image, shuffle_buffer=settings.train.shuffle_buffer,
@@ -256,7 +262,8 @@ def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_tr
                           class_names=class_names(source), ignore_label=source.ignore_label,
                           num_eval_images=eval_source.size,
                           num_train_images=train_source.size if for_training else 0,
-                          train_files=train_files, data_report=report)
+                          train_files=train_files, data_report=report,
+                          train_fingerprint=train_source.fingerprint if for_training else None)
 
 
 def class_names(settings):
@@ -266,6 +273,8 @@ def class_names(settings):
     return settings.class_names
   if settings.source == "synthetic":
     return synthetic.CLASS_NAMES[:settings.num_classes]
+  if settings.source == "tfds" and settings.tfds.tfds_name == sources_lib.OXFORD_PETS:
+    return sources_lib.OXFORD_PETS_CLASSES
   if settings.source == "voc":
     path = os.path.join(settings.voc_root, VOC_CLASS_NAMES_FILE)
     if os.path.exists(path):

@@ -18,8 +18,10 @@ from segmentation import augment
 # A source in a uniform shape: read(seed) gives (uint8 image [h, w, 3], uint8
 # mask [h, w]), shuffled and endless with a seed, in order and once with None.
 # size is the number of images; image_size is (h, w) when every image has it,
-# else None; skipped names what the check skipped.
-Source = collections.namedtuple("Source", ["read", "size", "image_size", "skipped"], defaults=[()])
+# else None; skipped names what the check skipped; fingerprint, what the examples are where the
+# source says it (TFDS; the input fingerprint lists files otherwise).
+Source = collections.namedtuple("Source", ["read", "size", "image_size", "skipped", "fingerprint"],
+                                defaults=[(), None])
 
 
 def make_train(source, batch_size, seed, *, patch_size, patches_per_image, shuffle_buffer, ignore_label,

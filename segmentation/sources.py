@@ -8,6 +8,7 @@ import os
 
 import tensorflow as tf
 
+from common.contract.errors import ConfigError
 from common.contract.errors import DataError
 from common.data import image_checks
 from common.data import listing
@@ -15,6 +16,7 @@ from common.data import npy
 from common.data import pipeline
 from common.data import sources
 from common.data import text_inputs
+from common.data import tfds_sets
 from common.data import tfrecords
 from segmentation import class_masks
 from segmentation import inference
@@ -23,12 +25,20 @@ from segmentation import synthetic
 
 MASK_EXTENSION = ".png"
 VOC_SPLITS = ("train", "val")
+# TFDS's Oxford-IIIT pets: trimaps of 1 pet, 2 background, 3 the border between, read as background 0,
+# pet 1 and the border ignored (its pixels are neither; the TensorFlow segmentation tutorial's classes).
+OXFORD_PETS = "oxford_iiit_pet"
+OXFORD_PETS_CLASSES = ("background", "pet")
+_TRIMAP_CLASSES = {1: 1, 2: 0}
 
 
-def make_sources(settings, seed, workdir, for_training, max_eval_pixels=None):
+def make_sources(settings, seed, workdir, for_training, max_eval_pixels=None, shuffle_buffer=1):
   """((train source, eval source), the training (image, mask) files or None) of the SourceSettings;
   for an evaluation (for_training=False), (None, eval source) and None. An evaluation image over
-  max_eval_pixels (data.eval_max_pixels; None: no bound, the evaluation is tiled) is refused."""
+  max_eval_pixels (data.eval_max_pixels; None: no bound, the evaluation is tiled) is refused.
+  shuffle_buffer: the examples a TFDS split is shuffled in (data.shuffle_buffer)."""
+  if settings.source == "tfds":
+    return tfds_sources(settings, for_training, shuffle_buffer), None
   if settings.source == "tfrecord":
     return tfrecord_sources(settings, for_training, max_eval_pixels), None
   if settings.source == "npy":
@@ -241,3 +251,37 @@ def _npy_source(images, labels, pixel_max, start, stop):
     return records.map(convert, num_parallel_calls=tf.data.AUTOTUNE)
 
   return input_pipeline.Source(read, stop - start, (height, width))
+
+
+# TensorFlow Datasets (common/data/tfds_sets.py): an image feature and a segmentation_mask feature.
+
+
+def tfds_sources(settings, for_training, shuffle_buffer):
+  """(train source, eval source) of data.tfds_train_split and data.tfds_eval_split; the first is None
+  for an evaluation. Masks are class ids, or for oxford_iiit_pet its trimaps as OXFORD_PETS_CLASSES."""
+  def check_features(builder):
+    tfds_sets.image_feature(builder, "image", 3, "the images")
+    tfds_sets.image_feature(builder, "segmentation_mask", 1, "the masks")
+    if builder.name == OXFORD_PETS and settings.num_classes != len(OXFORD_PETS_CLASSES):
+      raise ConfigError(f"data.num_classes={settings.num_classes}: {OXFORD_PETS}'s trimaps are 2 classes "
+                        "(background, pet; the border is ignored); set data.num_classes=2")
+
+  builder, train, evaluation = settings.tfds.open(check_features, for_training)
+  ignore = settings.ignore_label
+  if builder.name == OXFORD_PETS:
+    table = [_TRIMAP_CLASSES.get(value, ignore) for value in range(256)]
+  else:  # class ids, as the other sources' masks; a value that is not one is ignored
+    table = [value if value < settings.num_classes else ignore for value in range(256)]
+  classes = tf.constant(table, tf.uint8)
+
+  def decode(example):
+    mask = tf.io.decode_png(example["segmentation_mask"], channels=1)[..., 0]
+    return image_checks.decode_image(example["image"], 3), tf.gather(classes, tf.cast(mask, tf.int32))
+
+  def source(split):
+    def read(seed):
+      examples = split.read(seed, shuffle_buffer, encoded=("image", "segmentation_mask"))
+      return examples.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return input_pipeline.Source(read, split.num_examples, None, (), split.fingerprint())
+
+  return (source(train) if for_training else None), source(evaluation)

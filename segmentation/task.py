@@ -181,15 +181,17 @@ def export_model(model, path, multiple, class_names):
 def input_fingerprint(settings, batch_size, data):
   """What the checkpointed input position depends on: resuming with other values is refused."""
   source, train = settings.source, settings.train
-  if data.train_files:
-    files = [image for image, _ in data.train_files]
+  if data.train_fingerprint:  # the source's own (TFDS)
+    files = data.train_fingerprint
+  elif data.train_files:
+    files = listing.files_fingerprint([image for image, _ in data.train_files])
   elif source.source == "tfrecord":
-    files = tfrecords.list_tfrecord_files(source.train_pattern)
+    files = listing.files_fingerprint(tfrecords.list_tfrecord_files(source.train_pattern))
   else:
-    files = [source.train_images, source.train_labels]
+    files = listing.files_fingerprint([source.train_images, source.train_labels])
   return {"train.batch_size": batch_size, "data.patch_size": train.patch_size,
           "data.patches_per_image": train.patches_per_image, "data.shuffle_buffer": train.shuffle_buffer,
-          "train files": listing.files_fingerprint(files), "train images": data.num_train_images}
+          "train files": files, "train images": data.num_train_images}
 
 
 def make_task(config, workdir, for_training=True):

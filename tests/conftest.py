@@ -208,6 +208,20 @@ def triplet_smoke_run(tmp_path_factory, worker_id):
                                printed=(root / "printed.txt").read_text())
 
 
+@pytest.fixture(scope="session")
+def tfds_data_dir(tmp_path_factory, worker_id):
+  """A TFDS data_dir with tiny prepared copies of oxford_iiit_pet, stanford_dogs and lfw
+  (tests/tfds_data.py), written once per session; skipped without the tfds extra."""
+  pytest.importorskip("tensorflow_datasets", reason="the tfds extra is not installed (requirements-tfds.txt)")
+  import tfds_data  # pylint: disable=g-import-not-at-top
+
+  def write(root):
+    for name in tfds_data.NAMES:
+      tfds_data.prepare(name, str(root))
+
+  return written_once(tmp_path_factory, worker_id, "tfds_data", write)
+
+
 @pytest.fixture
 def read_only_dir(tmp_path):
   """(a folder that cannot be written, the reason a write into it fails): chmod 555 for a user;

@@ -192,6 +192,15 @@ for _command in EVALUATE + PREDICT:
 SURFACES[EXPORT][WHERE] = (None, ANOTHER_FOLDER, README_EXAMPLE)
 SURFACES[NEW_TRAINER][WHERE] = (None, f"{README_EXAMPLE}: the suite", f"{README_EXAMPLE}: the container build")
 
+# Issue 54, TensorFlow Datasets: data.source='tfds' (common/data/tfds_sets.py, shared by the trainers).
+TFDS_SURFACE = "TensorFlow Datasets (data.source='tfds')"
+for _command in TRAIN:
+  SURFACES[_command][TFDS_SURFACE] = (
+      None, "unknown or empty name", "not prepared, no download", "a split it does not have, or malformed",
+      "an empty split", "features of the wrong kind", "the extra not installed", "another split on resume",
+      "inside tfds.testing.mock_data")
+TFDS = "tests/test_tfds.py::"
+
 # The tests named most often.
 BAD_INPUTS = "tests/test_bad_inputs.py::test_bad_input_is_exit_code_2_and_one_error_line"
 SKIPPED = "tests/test_bad_inputs.py::test_skip_bad_files_names_and_counts_the_skipped_files"
@@ -810,6 +819,26 @@ ROWS = [
     (NEW_TRAINER, WHERE, f"{README_EXAMPLE}: the container build", ('"pip", "install", "--no-deps", "-e", "."',
                                                                     "image_files(str(root))"), 0,
      "tests/test_deploy.py::test_the_image_files_install_every_trainer_one_added_by_new_trainer_included"),
+    # Issue 54, TensorFlow Datasets: each trainer's reader of the shared common/data/tfds_sets.py.
+    (TRAIN, TFDS_SURFACE, "unknown or empty name", ("is not a TensorFlow Datasets data set",
+                                                      "data.tfds_name must be set for data.source='tfds'"), 2,
+     TFDS + "test_a_bad_data_set_split_or_feature_is_one_line"),
+    (TRAIN, TFDS_SURFACE, "not prepared, no download", ("is not prepared in", ": run `tfds build mnist "), 2,
+     TFDS + "test_a_bad_data_set_split_or_feature_is_one_line"),
+    (TRAIN, TFDS_SURFACE, "a split it does not have, or malformed", ("Unknown split 'validation'",
+                                                                       "data.tfds_eval_split='test[:50' of"), 2,
+     TFDS + "test_a_bad_data_set_split_or_feature_is_one_line"),
+    (TRAIN, TFDS_SURFACE, "an empty split", "holds no examples", 2,
+     TFDS + "test_a_bad_data_set_split_or_feature_is_one_line"),
+    (TRAIN, TFDS_SURFACE, "features of the wrong kind", ("from a feature 'segmentation_mask' (Image); the data set has",
+                                                          "from a feature 'label' (ClassLabel)"), 2,
+     TFDS + "test_a_bad_data_set_split_or_feature_is_one_line"),
+    (TRAIN, TFDS_SURFACE, "the extra not installed", "tfds_sets.MISSING", 2,
+     TFDS + "test_without_the_extra_a_tfds_run_says_how_to_install_it"),
+    (TRAIN, TFDS_SURFACE, "another split on resume", "was written with another input pipeline (train", 2,
+     TFDS + "test_a_run_resumed_after_sigterm_ends_as_a_straight_run_and_a_changed_split_is_refused"),
+    (TRAIN, TFDS_SURFACE, "inside tfds.testing.mock_data", "cannot train inside ", 2,
+     TFDS + "test_inside_mock_data_a_command_line_says_a_run_needs_a_prepared_data_set"),
     (TRAINER_COMMANDS, "config values", "over its upper bound", ("must be below data.patch_size", "is over its bound"),
      2, "tests/test_config.py::test_an_unbounded_value_says_its_bound_and_why"),
     ((f"{SEG}.train", f"{SEG}.evaluate", f"{SEG}.predict"), "eval.window, eval.stride, eval.scales",

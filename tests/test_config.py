@@ -63,7 +63,7 @@ OWN = {
         ("data.ignore_label", 3), ("data.patches_per_image", 0), ("data.shuffle_buffer", 0),
         ("data.eval_batch_size", 0), ("data.eval_max_pixels", 0), ("data.eval_fraction", 1.0),
         ("data.duplicates", "maybe"), ("data.image_size", 0), ("data.num_train_images", 0),
-        ("data.num_eval_images", 0),
+        ("data.num_eval_images", 0), ("data.tfds_download", None),
         ("data.augment.scale_range", (2.0, 0.5)), ("data.augment.scale_range", (0.0, 1.0)),
         ("data.augment.scale_range", (1.0,)), ("data.augment.scale_range", (0.5, 8.0)),  # at most 4
         ("data.augment.scale_range", ("0.5", 2.0)), ("data.augment.crop_padding", -1),
@@ -96,6 +96,7 @@ OWN = {
         ("data.num_train_identities", 0), ("data.num_eval_identities", 1),
         ("data.images_per_synthetic_identity", 1), ("data.num_pair_folds", 0), ("data.pairs_per_fold", 0),
         ("data.duplicates", "maybe"),  # data.read_settings, from validate_config
+        ("data.tfds_download", None), ("data.tfds_eval_fraction", 0.0), ("data.tfds_eval_fraction", 1.0),
         ("model.embedding_size", 0), ("model.widths", ()), ("model.widths", (-4, 8)), ("model.widths", ("",)),
         ("model.weight_decay", -1.0), ("model.bn_momentum", 1.0), ("model.bn_momentum", 1.5),
         ("model.sync_batch_norm", None),
@@ -123,6 +124,7 @@ OWN = {
         ("data.randaugment_ops", -1), ("data.randaugment_ops", True), ("data.randaugment_magnitude", 11),
         ("data.randaugment_magnitude", -1.0), ("data.mixup_alpha", -0.2), ("data.mixup_alpha", math.nan),
         ("data.cutmix_alpha", -1.0), ("data.mix_prob", 1.5), ("data.mix_switch_prob", -0.1),
+        ("data.tfds_download", None),
     ],
 }
 
@@ -134,14 +136,17 @@ CHECKED_ELSEWHERE = {
         "trainer", "data.cache_dir", "data.images_dir", "data.masks_dir", "data.train_split", "data.eval_split",
         "data.voc_root", "data.train_pattern", "data.eval_pattern", "data.train_images",
         "data.train_labels", "data.eval_images", "data.eval_labels",
+        # Opened with the data set (common/data/tfds_sets.py; tests/test_tfds.py, tests/hostile_table.py).
+        "data.tfds_name", "data.tfds_data_dir", "data.tfds_train_split", "data.tfds_eval_split",
     },
     "triplet": {
         "trainer", "data.train_dir", "data.eval_dir", "data.pairs_file", "data.pairs_dir", "data.cache_dir",
+        "data.tfds_name", "data.tfds_data_dir", "data.tfds_train_split", "data.tfds_eval_split",
     },
     "inception_finetune": {
         "trainer", "checkpoint_path", "data.train_dir", "data.eval_dir", "data.csv_path", "data.images_dir",
         "data.image_extension", "data.train_pattern", "data.eval_pattern", "data.labels_file",
-        "data.cache_dir",
+        "data.cache_dir", "data.tfds_name", "data.tfds_data_dir", "data.tfds_train_split", "data.tfds_eval_split",
     },
 }
 

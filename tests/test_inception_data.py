@@ -487,7 +487,7 @@ def test_an_evaluation_checks_the_evaluation_images_only_with_the_runs_classes(t
 
 
 @pytest.mark.parametrize("overrides,message", [
-    ({"source": "voc"}, "data.source 'voc' is unknown; choose one of synthetic, folder, csv, tfrecord"),
+    ({"source": "voc"}, "data.source 'voc' is unknown; choose one of synthetic, folder, csv, tfrecord, tfds"),
     ({"num_classes": -1}, "data.num_classes=-1: data.source='folder' needs 2 or more (0 = from the data, "
                           "for folders, CSVs and labels files)"),
     ({"eval_fraction": 1.0}, "data.eval_fraction must be in (0, 1), got 1.0"),

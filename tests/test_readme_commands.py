@@ -86,6 +86,8 @@ NEW_TRAINER = Skip(ELSEWHERE.format(
 TWO_STEPS = ("--config.train.num_steps=2",)
 ONE_INCEPTION_STEP = ("--config.train.num_steps=1", "--config.finetune.head_steps=1")
 ONE_BENCHMARK_STEP = ("--steps", "1", "--windows", "1")
+TFDS_DOWNLOAD = ("downloads and prepares the TensorFlow Datasets data set; tests/test_tfds.py runs the same "
+                 "command line (data.source=tfds) on a tiny copy its builder prepares, and its resume")
 ADAPTATIONS = {
     "python3 -m venv": Skip("makes the virtual environment the next lines install into: .ci/run "
                             "makes its own with the same command before it installs"),
@@ -106,6 +108,15 @@ ADAPTATIONS = {
     "podman build": Skip("needs a container builder and the network, as docker build"),
     "docker push": Skip("needs a registry"),
     "mkdocs build": Skip(ELSEWHERE.format("tests/test_docs.py", "that it builds with --strict")),
+    # docs/real-data.md's TensorFlow Datasets lines: each downloads its data set (0.2-0.8 GB).
+    "python -m inception_finetune.train --config=configs/inception_v4.py --config.checkpoint_path=inception_v4.ckpt --config.data.source=tfds": Skip(TFDS_DOWNLOAD),
+    "python -m segmentation.train --config=configs/segmentation.py --config.data.source=tfds": Skip(TFDS_DOWNLOAD),
+    "python -m triplet.train --config=configs/triplet.py --config.data.source=tfds": Skip(TFDS_DOWNLOAD),
+    "python scripts/benchmark.py inception_v4 --variants float32 --set data.source=tfds": Skip(
+        "reads the prepared stanford_dogs (a 0.8 GB download); tests/test_benchmark.py runs the benchmark"),
+    "python scripts/benchmark.py inception_v4 --variants float32 --set data.source=folder": Skip(
+        "reads Stanford Dogs' Images/ (the same photos as the line above), whose download the suite does "
+        "not make; tests/test_benchmark.py runs the benchmark"),
     "python -m segmentation.train --config=configs/segmentation.py": Run(
         "the default preset trains 800 steps; the smoke preset runs the same code in seconds",
         preset="smoke"),

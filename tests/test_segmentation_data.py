@@ -37,7 +37,8 @@ DEFAULTS = dict(
     eval_max_pixels=4096 * 2048, eval_fraction=0.25, class_names=(), cache_dir="", image_size=24,
     num_train_images=6, num_eval_images=3, images_dir="", masks_dir="", train_split="",
     eval_split="", voc_root="", train_pattern="", eval_pattern="", train_images="", train_labels="",
-    eval_images="", eval_labels="", npy_pixel_max=255.0, normalization="unit")
+    eval_images="", eval_labels="", npy_pixel_max=255.0, normalization="unit", tfds_name="", tfds_data_dir="",
+    tfds_train_split="train", tfds_eval_split="test", tfds_download=False)
 
 # Folder fixtures encode each pixel's class in the red channel, so that labels
 # can be recomputed from the images after cropping.

@@ -10,13 +10,15 @@ from common.contract import settings as settings_lib
 from common.contract.errors import ConfigError
 from common.data import normalization
 from common.data import text_inputs
+from common.data import tfds_sets
 from triplet import sources
 
 
 @dataclasses.dataclass(frozen=True)
 class SourceSettings:
   """Where the identities come from: the folder source's paths ("" = none), or the synthetic
-  source's identities, written once under cache_dir; how bad and duplicate files are met."""
+  source's identities or a TFDS data set's, written once under cache_dir; how bad and duplicate
+  files are met."""
   source: str
   skip_bad_files: bool
   duplicates: str
@@ -30,9 +32,12 @@ class SourceSettings:
   images_per_synthetic_identity: int
   num_pair_folds: int
   pairs_per_fold: int
+  tfds: tfds_sets.TfdsSettings
+  tfds_eval_fraction: float
 
   CHECKS = {
-      "source": checks.one_of("synthetic", "folder"),
+      "source": checks.one_of("synthetic", "folder", tfds_sets.SOURCE),
+      "tfds_eval_fraction": checks.number(0, 1, low_open=True, high_open=True),
       "skip_bad_files": checks.BOOL,
       **dict.fromkeys(["num_train_identities", "num_pair_folds", "pairs_per_fold"], checks.POSITIVE_INT),
       # Verification pairs need two identities with two images each.

@@ -76,19 +76,22 @@ def check_pairs(pairs, skip_bad_files=False):
   return kept, skipped
 
 
-def write_pairs_file(path, names, images_per_identity, num_folds, per_fold, rng):
-  """LFW-format pairs over the named identities: per fold, per_fold same then per_fold different."""
-  if len(names) < 2 or images_per_identity < 2:
-    raise ValueError("pairs need at least 2 identities with at least 2 images each")
+def write_pairs_file(path, image_counts, num_folds, per_fold, rng):
+  """LFW-format pairs over {identity name: images (numbered 1..n)}: per fold, per_fold same pairs
+  (of identities with 2 or more images) then per_fold different ones."""
+  names = list(image_counts)
+  several = [name for name in names if image_counts[name] >= 2]
+  if len(names) < 2 or not several:
+    raise ValueError("pairs need at least 2 identities, one with at least 2 images")
   lines = [f"{num_folds}\t{per_fold}"]
   for _ in range(num_folds):
     for _ in range(per_fold):
-      name = names[rng.integers(len(names))]
-      a, b = rng.choice(images_per_identity, 2, replace=False) + 1
+      name = several[rng.integers(len(several))]
+      a, b = rng.choice(image_counts[name], 2, replace=False) + 1
       lines.append(f"{name}\t{a}\t{b}")
     for _ in range(per_fold):
       i, j = rng.choice(len(names), 2, replace=False)
-      a, b = rng.integers(images_per_identity, size=2) + 1
+      a, b = (rng.integers(image_counts[names[k]]) + 1 for k in (i, j))
       lines.append(f"{names[i]}\t{a}\t{names[j]}\t{b}")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -13,8 +13,10 @@ from common.data import image_checks
 from common.data import listing
 from common.data import sources
 from common.data import text_inputs
+from common.data import tfds_sets
 from triplet import lfw_pairs
 from triplet import synthetic as synthetic_lib
+from triplet import tfds_identities
 
 # What batches do with identities that have fewer than K images.
 SMALL_IDENTITY_MODES = ("error", "drop", "repeat")
@@ -27,11 +29,13 @@ EvalData = collections.namedtuple("EvalData", ["paths", "labels", "pairs", "num_
 
 
 class Identities(list):
-  """A list of Identity that also keeps the names of the files the checks skipped, for the data report."""
+  """A list of Identity that also keeps the names of the files the checks skipped, for the data report,
+  and what the source says its examples are (a TFDS split's fingerprint; "" for folders)."""
 
-  def __init__(self, identities=(), skipped=()):
+  def __init__(self, identities=(), skipped=(), fingerprint=""):
     super().__init__(identities)
     self.skipped = list(skipped)
+    self.fingerprint = fingerprint
 
 
 # Folder layout: one directory per identity.
@@ -98,7 +102,7 @@ def select_identities(identities, images_per_identity, small_identities="error")
                       "(%d with no image dropped)", len(small), len(identities), k,
                       len(identities) - len(kept))
   logging.info("%d identities, %d images", len(kept), sum(len(i.paths) for i in kept))
-  return Identities(kept, getattr(identities, "skipped", ()))
+  return Identities(kept, getattr(identities, "skipped", ()), getattr(identities, "fingerprint", ""))
 
 
 # Built-in synthetic identities (triplet/synthetic.py).
@@ -119,11 +123,16 @@ def prepare_synthetic(settings, seed, workdir):
 
 def load_train_identities(settings, seed, workdir):
   """The training identities after the policy for identities with fewer than K images."""
+  fingerprint = ""
   if settings.source.source == "synthetic":
     root = prepare_synthetic(settings, seed, workdir).train_dir
+  elif settings.source.source == tfds_sets.SOURCE:
+    written = tfds_identities.prepare(settings.source, seed, workdir)
+    root, fingerprint = written.train_dir, written.fingerprint
   else:
     root = sources.required(settings.source.train_dir, "train_dir", settings.source.source)
   identities = list_identities(root, settings.source.skip_bad_files)
+  identities.fingerprint = fingerprint
   return select_identities(identities, settings.train.images_per_identity, settings.train.small_identities)
 
 
@@ -133,9 +142,10 @@ def load_eval_data(settings, seed, workdir):
   A held-out identity that is a training identity too (by folder name) is a
   DataError, or with data.duplicates="warn" a warning.
   """
-  if settings.source.source == "synthetic":
-    synthetic = prepare_synthetic(settings, seed, workdir)
-    eval_dir, pairs_file, pairs_dir = synthetic.eval_dir, synthetic.pairs_path, synthetic.eval_dir
+  if settings.source.source in ("synthetic", tfds_sets.SOURCE):
+    written = (prepare_synthetic(settings, seed, workdir) if settings.source.source == "synthetic"
+               else tfds_identities.prepare(settings.source, seed, workdir))
+    eval_dir, pairs_file, pairs_dir = written.eval_dir, written.pairs_path, written.eval_dir
   else:
     eval_dir, pairs_file = settings.source.eval_dir, settings.source.pairs_file
     pairs_dir = settings.source.pairs_dir or eval_dir  # read_settings: one of them with a pairs_file

@@ -37,8 +37,8 @@ def make_synthetic_identities(cache_dir, num_train, num_eval, images_per_identit
           Image.fromarray(_render_glyph(glyph, image_size, rng)).save(
               os.path.join(directory, split, name, f"{name}_{j:04d}.png"))
     lfw_pairs.write_pairs_file(os.path.join(directory, "pairs.txt"),
-                      [f"eval{i:05d}" for i in range(num_eval)], images_per_identity,
-                      num_folds, pairs_per_fold, rng)
+                               {f"eval{i:05d}": images_per_identity for i in range(num_eval)},
+                               num_folds, pairs_per_fold, rng)
 
   key = (f"synthetic_seed{seed}_train{num_train}_eval{num_eval}_k{images_per_identity}_"
          f"{image_size}px_grid{grid_size}_pairs{num_folds}x{pairs_per_fold}")

@@ -260,7 +260,8 @@ def input_fingerprint(settings, identities):
   return {"data.identities_per_batch": settings.train.identities_per_batch,
           "data.images_per_identity": settings.train.images_per_identity, "data.load_size": settings.images.load_size,
           "data.crop_size": settings.images.crop_size,
-          "train files": listing.files_fingerprint([p for i in identities for p in i.paths])}
+          "train files": listing.files_fingerprint([p for i in identities for p in i.paths]),
+          **({"train examples": identities.fingerprint} if identities.fingerprint else {})}
 
 
 def make_task(config, workdir, for_training=True):

@@ -36,7 +36,11 @@ def write_once(cache_dir, name, write_fn):
   if not os.path.isdir(root):
     os.makedirs(cache_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir)
-    write_fn(staging)
+    try:
+      write_fn(staging)
+    except BaseException:  # a refusal or an interrupt: no half set left behind either
+      shutil.rmtree(staging, ignore_errors=True)
+      raise
     try:
       os.rename(staging, root)
     except OSError:  # another process wrote the same set first
