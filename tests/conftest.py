@@ -30,8 +30,9 @@ from scripts import make_real_sets  # pylint: disable=g-import-not-at-top
 LONGEST_FILES_FIRST = (  # by their tests' seconds in a full quiet run (--durations), 2026-12-05
     "test_readme_commands.py", "test_real_segmentation.py", "test_multi_worker.py", "test_export.py",
     "test_segmentation_train.py", "test_signal_sweep.py", "test_inception_train.py",
-    "test_distributed_trainers.py", "test_real_inception.py", "test_real_triplet.py", "test_layout.py",
-    "test_fetch_slim_checkpoint.py", "test_workdir.py", "test_triplet_train.py", "test_worker_temp_dirs.py",
+    "test_distributed_trainers.py", "test_real_inception.py", "test_real_triplet.py", "test_tfds.py",
+    "test_layout.py", "test_fetch_slim_checkpoint.py", "test_workdir.py", "test_triplet_train.py",
+    "test_worker_temp_dirs.py",
     "test_bad_inputs.py", "test_train_loop.py", "test_cli_output.py", "test_new_trainer.py",
     "test_benchmark.py", "test_predict.py",
 )
