@@ -9,7 +9,7 @@ PRESETS = {
     "default": "the README's main job: patches of synthetic scenes, about a minute on 2 CPU cores",
     "smoke": "seconds: the same code on a tiny model and data, for tests and benchmarks",
     "gtx960m": "sized for a 4 GB card (GTX 960M), mixed precision",
-    "scenes": "photos whose objects are larger than a patch: crops at random scales, a context module",
+    "scenes": "photos whose objects are larger than a patch: at half resolution, crops at random scales, a context module",
     "scenes_128": "small whole scenes of one object (128x128): 128-px crops that hold it, no context module",
 }
 
@@ -150,17 +150,17 @@ def get_config(preset=None):
           "mixed_precision": True, "train.batch_size": 256, "train.num_steps": 2000, "model.widths": (32, 64, 128),
       },
       # Photos whose objects are several times the 28 px patch (digits of 60-200 px on VOC-sized
-      # photos, scripts/make_real_sets.py's `scenes`), as the field's scene models do it: crops of 192 px
-      # at a random scale over the objects' size range, logits at 1/4 resolution from four levels
-      # (total stride 32) ending in the context module (atrous rates 2 and 3 beside image pooling),
-      # polynomial decay (power 0.9), and many light steps rather than fewer wide ones: at about 10 CPU
-      # minutes widths (16, 32, 64, 128) for 3300 steps scored mIoU 0.60 where (24, 48, 96, 160) for
-      # 2400 scored 0.50, (32, 64, 128, 192) for 1600 0.32, and the earlier preset (128-px crops, no
-      # context, 1200 steps of 16) 0.22 (segmentation/README.md, Results on real data).
+      # photos, scripts/make_real_sets.py's `scenes`), as the field's scene models do it: crops at a
+      # random scale over the objects' size range, four light levels (total stride 32) at output stride
+      # 4 ending in the context module (atrous rates 2 and 3 beside image pooling), polynomial decay
+      # (power 0.9), and many light steps: at half resolution (96-px crops at scales 0.35-0.7, evaluated
+      # and predicted at 0.5) a step costs a quarter, and 9000 of them scored mIoU 0.72 where 3300 at
+      # full resolution scored 0.63 in the same 10 CPU minutes (docs/benchmarks.md, Segmentation: the
+      # photo scenes preset).
       "scenes": {
-          "data.patch_size": 192, "data.patches_per_image": 1, "data.normalization": "per_image_standardization",
-          "data.augment.scale_range": (0.7, 1.4), "train.batch_size": 8, "train.num_steps": 3300,
-          "train.log_every": 100, "train.eval_every": 3300, "train.checkpoint_every": 1100,
+          "data.patch_size": 96, "data.patches_per_image": 1, "data.normalization": "per_image_standardization",
+          "data.augment.scale_range": (0.35, 0.7), "eval.scales": (0.5,), "train.batch_size": 8,
+          "train.num_steps": 9000, "train.log_every": 100, "train.eval_every": 9000, "train.checkpoint_every": 3000,
           "optimizer.learning_rate": 3e-3, "optimizer.schedule": "polynomial", "optimizer.power": 0.9,
           "model.widths": (16, 32, 64, 128), "model.output_stride": 4, "model.context_rates": (2, 3),
           "loss.dice_weight": 1.0,

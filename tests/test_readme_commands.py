@@ -127,7 +127,7 @@ ADAPTATIONS = {
     "python -m segmentation.train --config=configs/segmentation.py:scenes_128": Skip(REAL_DATA.format(
         "1,200 steps", "tests/test_real_segmentation.py")),
     "python -m segmentation.train --config=configs/segmentation.py:scenes": Skip(
-        "a real-data recipe of 3,300 steps (about 9 CPU minutes) on the scenes set, whose figures "
+        "a real-data recipe of 9,000 steps (about 10 CPU minutes) on the scenes set, whose figures "
         "segmentation/README.md gives as measured, not asserted; tests/test_segmentation_model.py "
         "checks its context module and tests/test_config.py its keys"),
     "python -m segmentation.train --config=configs/segmentation.py --config.data.source=npy": Skip(
