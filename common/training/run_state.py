@@ -96,7 +96,9 @@ class RunCheckpoint:
       logging.warning("resuming from %s at step %d with a fresh input pipeline "
                       "(train.reset_input_pipeline; %s)", latest, int(self.step), "; ".join(changes))
     else:
-      checkpoints_lib.restore(self._checkpoint, latest, partial=False)
+      # Partial: the random states and calibrated statistics in it are read on their own below (a
+      # TensorFlow warning for each of their values otherwise, some 600 lines for Inception V4).
+      checkpoints_lib.restore(self._checkpoint, latest, partial=True)
       self._positions.restore(int(self.step), checkpoints_lib.restore)
       logging.info("resuming from %s at step %d", latest, int(self.step))
     tf.train.Checkpoint(random_states=self._random_states).read(latest).expect_partial()
