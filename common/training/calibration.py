@@ -23,6 +23,14 @@ def batch_norm_statistics(model):
   return [v for v in model.weights if v.path.endswith(("moving_mean", "moving_variance"))]
 
 
+def random_states(model):
+  """The states of the model's random layers (Keras 3 SeedGenerators: Dropout's), which each
+  training forward pass advances; model.variables holds them, model.weights (and so a checkpoint
+  of the model) does not."""
+  weights = {id(w) for w in model.weights}
+  return [v for v in model.variables if id(v) not in weights]
+
+
 class CalibratedStatistics(tf.Module):
   """The statistics calibrate(model) gives the served weights (inside served(): the weight
   average with train.ema_decay), as variables the run's checkpoints hold."""
@@ -31,6 +39,7 @@ class CalibratedStatistics(tf.Module):
     super().__init__(name="calibrated_statistics")
     self._model, self._calibrate, self._served = model, calibrate, served
     self._statistics = batch_norm_statistics(model)
+    self._random_states = random_states(model)
     with strategy.scope():
       self.values = [tf.Variable(tf.convert_to_tensor(v), trainable=False, name=f"calibrated_{i}",
                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
@@ -59,8 +68,9 @@ class CalibratedStatistics(tf.Module):
   @contextlib.contextmanager
   def recalibrated(self):
     """Inside the block the model's statistics are calibrated for its current weights (the raw
-    weights' figures beside the average's); its own again after it."""
-    with averaging.kept(self._statistics):
+    weights' figures beside the average's); its own again after it. Its training passes leave the
+    random layers' states as they were: a run that saves at a step goes on as one that does not."""
+    with averaging.kept(self._statistics + self._random_states):
       self._calibrate(self._model)
       yield
 

@@ -15,6 +15,7 @@ from common.contract.errors import CheckpointError
 from common.contract.errors import first_line
 from common.contract.errors import WorkdirError
 from common.runtime import workdir as workdir_lib
+from common.training import calibration
 from common.training import checkpoints as checkpoints_lib
 from common.training import worker_files
 
@@ -32,9 +33,10 @@ def build_optimizers(model, phases, strategy):
 class RunCheckpoint:
   """What a checkpoint of the run holds, written into the cluster's `out` and read from the workdir's
   `directory`:
-  the model, each phase's optimizer, the weight average (if kept), the recalibrated BatchNorm
-  statistics (`calibrated`, if the task calibrates), the step, the count of non-finite steps, the
-  input fingerprint, and the input iterator's position (in the checkpoint alone; beside it, per worker, on several).
+  the model and its random layers' states, each phase's optimizer, the weight average (if kept), the
+  recalibrated BatchNorm statistics (`calibrated`, if the task calibrates), the step, the count of
+  non-finite steps, the input fingerprint, and the input iterator's position (in the checkpoint
+  alone; beside it, per worker, on several).
   """
 
   def __init__(self, cluster, model, phases, dataset, input_fingerprint, keep, average=None, calibrated=None):
@@ -57,9 +59,14 @@ class RunCheckpoint:
     self._statistics_mean = cluster.make_statistics_mean(model)
     self._positions = worker_files.InputPositions(self.iterator, self.directory, cluster, keep)
     self._checkpoint = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables)
-    # Restored on their own (calibrated.restore): a checkpoint written before they were kept resumes.
-    self._saved = (tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables,
-                                       calibrated_statistics=calibrated) if calibrated else self._checkpoint)
+    # Dropout's random states (calibration.random_states), which model= lacks: a resumed run draws
+    # the masks an uninterrupted one would, not those of the first steps again.
+    self._random_states = calibration.random_states(model)
+    # These and the calibrated statistics are restored on their own (restore, calibrated.restore): a
+    # checkpoint written before they were kept resumes.
+    self._saved = tf.train.Checkpoint(**self._positions.in_checkpoint, **self._variables,
+                                      random_states=self._random_states,
+                                      **({"calibrated_statistics": calibrated} if calibrated else {}))
     self._manager = tf.train.CheckpointManager(
         self._saved, checkpoints_lib.checkpoint_dir(cluster.out),
         max_to_keep=cluster.checkpoints_kept(keep))
@@ -89,9 +96,12 @@ class RunCheckpoint:
       logging.warning("resuming from %s at step %d with a fresh input pipeline "
                       "(train.reset_input_pipeline; %s)", latest, int(self.step), "; ".join(changes))
     else:
-      checkpoints_lib.restore(self._checkpoint, latest, partial=False)
+      # Partial: the random states and calibrated statistics in it are read on their own below (a
+      # TensorFlow warning for each of their values otherwise, some 600 lines for Inception V4).
+      checkpoints_lib.restore(self._checkpoint, latest, partial=True)
       self._positions.restore(int(self.step), checkpoints_lib.restore)
       logging.info("resuming from %s at step %d", latest, int(self.step))
+    tf.train.Checkpoint(random_states=self._random_states).read(latest).expect_partial()
     if self.calibrated:
       self.calibrated.restore(latest)
     self._saved_step = int(self.step)
