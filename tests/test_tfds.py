@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from common.runtime import signals
 from common.data import tfds_sets
 from helpers import REPO_ROOT
 from helpers import make_config
@@ -94,9 +95,15 @@ def fresh_flags():
 
 
 def run_module(module, args):
-  """(exit code, stderr lines) of `python -m module args...` run in this interpreter (runpy)."""
-  with fresh_flags(), contextlib.redirect_stderr(captured := _Lines()), pytest.raises(SystemExit) as exit_info:
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+  """(exit code, stderr lines) of `python -m module args...` run in this interpreter (runpy). The
+  module's process.start() installs the signal handlers for good, as a command does: they are taken
+  down after it, or a later test's own SIGTERM would be recorded and never forgotten (every training
+  after it would stop "before training started")."""
+  try:
+    with fresh_flags(), contextlib.redirect_stderr(captured := _Lines()), pytest.raises(SystemExit) as exit_info:
+      runpy.run_module(module, run_name="__main__", alter_sys=True)
+  finally:
+    signals.uninstall()
   return exit_info.value.code, captured.lines()
 
 

@@ -370,7 +370,7 @@ def poisoned_loss(poisoned=(), on_batch=None):
 
 
 def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=1000, dataset=None,
-                   seconds_per_loop=0.0, ema_decay=0.0, make_actions=None):
+                   seconds_per_loop=0.0, ema_decay=0.0, make_actions=None, calibrate=None):
   config = config_lib.base_config()
   config.train.ema_decay = ema_decay
   config.train.num_steps = steps
@@ -384,10 +384,11 @@ def run_regression(workdir, steps, loss_fn, steps_per_loop=100, max_consecutive=
   with strategy.scope():
     inputs = keras.Input((3,))
     hidden = keras.layers.BatchNormalization()(keras.layers.Dense(8, activation="relu")(inputs))
+    hidden = keras.layers.Dropout(0.5)(hidden)  # a random state, which a resume must restore
     model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
     optimizer = optimizers.make_optimizer(config.optimizer, False, config.train.num_steps)
   task = loop_task(dataset or indexed_dataset(), loss_fn)
-  task.make_actions = make_actions
+  task.make_actions, task.calibrate = make_actions, calibrate
   results = train_loop.train(config, str(workdir), strategy=strategy, model=model, task=task,
                              phases=[task_lib.Phase("train", steps, optimizer)])
   return results, model
@@ -444,10 +445,18 @@ def test_the_consecutive_limit_inside_a_call_stops_at_that_step_with_the_last_fi
   assert_same_values(model_values(tmp_path / "two"), model_values(tmp_path / "diverged"))
 
 
+def training_pass(model):
+  """A Task.calibrate whose training forward pass, like Inception V4's, draws dropout masks."""
+  model(tf.random.stateless_normal([4, 3], [0, 2]), training=True)
+
+
 @pytest.mark.parametrize("ema_decay", [0.0, 0.9])
 def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path, ema_decay):
+  """With dropout, and a calibration at the save that the signal makes (the uninterrupted run saves
+  at its end alone)."""
   keras.utils.set_random_seed(0)
-  run_regression(tmp_path / "straight", 20, poisoned_loss([6]), steps_per_loop=8, ema_decay=ema_decay)
+  run_regression(tmp_path / "straight", 20, poisoned_loss([6]), steps_per_loop=8, ema_decay=ema_decay,
+                 calibrate=training_pass)
 
   def signal_at_batch_10(index):
     if index == 10:
@@ -457,12 +466,12 @@ def test_sigterm_inside_a_call_then_resume_matches_an_uninterrupted_run(tmp_path
   keras.utils.set_random_seed(0)
   with pytest.raises(signals.Interrupted) as error:
     run_regression(tmp_path / "cut", 20, poisoned_loss([6], signal_at_batch_10), steps_per_loop=8,
-                   ema_decay=ema_decay)
+                   ema_decay=ema_decay, calibrate=training_pass)
   assert "at step 16" in str(error.value)
   assert checkpoint_values(tmp_path / "cut")["step/.ATTRIBUTES/VARIABLE_VALUE"] == 16
   keras.utils.set_random_seed(1)  # the resumed run takes everything from the checkpoint
   results, _ = run_regression(tmp_path / "cut", 20, poisoned_loss([6]), steps_per_loop=8,
-                              ema_decay=ema_decay)
+                              ema_decay=ema_decay, calibrate=training_pass)
   assert (results["step"], results["steps_run"], results["nonfinite_steps"]) == (20, 4, 1)
   straight = checkpoint_values(tmp_path / "straight")
   assert any(name.startswith("weight_average/") for name in straight) == bool(ema_decay)
