@@ -9,6 +9,9 @@ on both sides.
     python scripts/make_real_sets.py --output_dir=real_data
     python scripts/make_real_sets.py --output_dir=real_data --sets=voc,npy
 
+A set already in --output_dir whole, from the same code and arguments, is kept (its folder's
+.written.json says so); a rerun after an interruption writes only what is missing.
+
 Sets (under --output_dir):
   scenes/      Pascal VOC layout as voc/, harder (scripts/digit_scenes.py): 480 train and 120 val JPEG
                photos of 500x375, 375x500, 500x333 or 333x500 (a tenth of them grey), each with 1-4
@@ -40,7 +43,10 @@ if not __package__:  # run as a file (python scripts/x.py): this repository's pa
   import repository_root  # pylint: disable=unused-import
 
 import csv
+import hashlib
+import json
 import os
+import pathlib
 import signal
 import sys
 
@@ -298,11 +304,46 @@ WRITERS = {"voc": write_voc, "npy": write_npy, "identities": write_identities, "
            "scenes": write_scenes}
 
 
+# In each set's folder once it is whole: what wrote it (this code, its arguments) and every file with
+# its size, so that a rerun keeps a set that is still as written and writes only what is missing.
+STAMP = ".written.json"
+
+
+def _is_whole(folder, stamp):
+  """Whether folder holds the set that stamp describes, every file as it was written."""
+  try:
+    with open(os.path.join(folder, STAMP), encoding="utf-8") as f:
+      written = json.load(f)
+  except (OSError, ValueError):  # none yet, unreadable or cut short: written again
+    return False
+  if not isinstance(written, dict) or any(written.get(key) != value for key, value in stamp.items()):
+    return False
+  files = written.get("files")
+  return isinstance(files, dict) and bool(files) and all(
+      isinstance(size, int) and os.path.isfile(os.path.join(folder, path))
+      and os.path.getsize(os.path.join(folder, path)) == size for path, size in files.items())
+
+
 def write_all(out_dir, sets=SETS, train_identities=70):
-  """Writes the named sets into out_dir; returns {set name: its folder}."""
-  return {name: WRITERS[name](out_dir, **({"train_identities": train_identities}
-                                          if name == "identities" else {}))
-          for name in sets}
+  """Writes the named sets into out_dir, but those already there whole from the same code and
+  arguments; returns {set name: (its folder, whether it was kept)}."""
+  code = hashlib.sha256(b"".join(pathlib.Path(module).read_bytes()
+                                for module in (__file__, digit_scenes.__file__))).hexdigest()
+  done = {}
+  for name in sets:
+    arguments = {"train_identities": train_identities} if name == "identities" else {}
+    folder, stamp = os.path.join(out_dir, name), {"set": name, "arguments": arguments, "code": code}
+    if _is_whole(folder, stamp):
+      done[name] = (folder, True)
+      continue
+    if os.path.lexists(os.path.join(folder, STAMP)):
+      os.remove(os.path.join(folder, STAMP))  # no longer true once the rewrite starts
+    WRITERS[name](out_dir, **arguments)
+    files = {os.path.relpath(os.path.join(parent, file), folder): os.path.getsize(os.path.join(parent, file))
+             for parent, _, names in os.walk(folder) for file in names if file != STAMP}
+    _write_lines(os.path.join(folder, STAMP), [json.dumps(dict(stamp, files=files))])
+    done[name] = (folder, False)
+  return done
 
 
 def _write_lines(path, lines):
@@ -343,8 +384,8 @@ def main(argv):
   except OSError as e:  # a read-only or full folder
     _fail(f"cannot write {e.filename or flags.FLAGS.output_dir} ({e.strerror or e}); choose another "
           "--output_dir or free space, then run the command again")
-  for name, folder in written.items():
-    print(f"{name}: {folder}")
+  for name, (folder, kept) in written.items():
+    print(f"{name}: {folder}" + (" (kept: written whole before, by the same code and arguments)" if kept else ""))
 
 
 if __name__ == "__main__":

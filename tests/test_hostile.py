@@ -8,6 +8,7 @@ import collections
 import contextlib
 import functools
 import glob
+import json
 import os
 import re
 import shutil
@@ -47,6 +48,7 @@ from scripts import check_gpu
 from scripts import convert_to_tfrecord
 from scripts import fetch_slim_checkpoint as fetch_lib
 from scripts import launch_workers
+from scripts import make_real_sets
 from scripts.benchmarking import estimates as benchmark_estimates
 from segmentation import predict as segmentation_predict
 from segmentation import train as segmentation_train
@@ -272,6 +274,45 @@ def test_make_real_sets_bad_sets_and_a_read_only_folder_are_one_line(tmp_path, r
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(said), (args, lines)
   assert reason in lines[0] and "choose another --output_dir" in lines[0], lines
   assert not (tmp_path / "out").exists() and os.listdir(folder) == []
+
+
+def test_make_real_sets_keeps_a_whole_set_and_writes_again_one_changed_since(tmp_path):
+  """A rerun keeps a set still as the same code and arguments wrote it (the README's second line keeps
+  what its first wrote) and has it written again when its record is missing, empty, cut short, of the
+  wrong type or another set's, when a file of it changed since, or with other arguments; a user's own
+  file in its folder stays. A folder in the record's place is one line."""
+  out = tmp_path / "sets"
+  folder, args = out / "identities", ["scripts/make_real_sets.py", "--sets=identities", f"--output_dir={out}"]
+  first = run_python(args)
+  image = next(folder.glob("train/*/*.png"))
+  before = image.stat().st_mtime_ns
+  second = run_python(args)
+  assert (first.returncode, second.returncode, first.stdout.strip(), second.stdout.strip(), image.stat().st_mtime_ns) == (
+      0, 0, f"identities: {folder}",
+      f"identities: {folder} (kept: written whole before, by the same code and arguments)", before)
+  stamp = folder / make_real_sets.STAMP
+  record = stamp.read_text()
+  (folder / "mine.txt").write_text("the user's")
+  other_set = json.dumps(dict(json.loads(record), set="npy"))
+  changes = {"missing": stamp.unlink, "empty": lambda: stamp.write_text(""),
+             "cut short": lambda: stamp.write_text(record[:40]), "wrong type": lambda: stamp.write_text("[]"),
+             "another set's": lambda: stamp.write_text(other_set),
+             "a file changed since": lambda: image.write_bytes(b"")}
+  written_again = []
+  for change in changes.values():
+    stamp.write_text(record)
+    change()
+    written_again.append(not make_real_sets.write_all(str(out), ("identities",))["identities"][1])
+    record = stamp.read_text()  # the rewrite's record (it lists mine.txt too)
+  with_8 = [make_real_sets.write_all(str(out), ("identities",), train_identities=8)["identities"][1]
+            for _ in range(2)]
+  stamp.unlink()
+  stamp.mkdir()
+  result = run_python(args)
+  lines = result.stderr.strip().splitlines()
+  assert (written_again, with_8, (folder / "mine.txt").read_text(), result.returncode, len(lines)) == (
+      [True] * len(changes), [False, True], "the user's", 2, 1), (changes, lines)
+  assert lines[0].startswith(f"error: cannot write {stamp} (Is a directory); choose another --output_dir"), lines
 
 
 def test_a_predict_command_without_a_photo_is_one_line_and_exit_code_2(tmp_path):
