@@ -109,25 +109,15 @@ def run_cli():
 @pytest.fixture(scope="session")
 def real_sets(tmp_path_factory, worker_id):
   """A folder with the development real data sets (scripts/make_real_sets.py), written once per
-  session: under xdist by the first worker that asks, in the folder its workers share (pytest-xdist's
-  recipe), while the others wait on the lock. The `scenes` set is left out: no test reads it whole, and
-  it is the slowest to write (its own test writes a small one)."""
+  session (written_once). The `scenes` set is left out: no test reads it whole, and it is the slowest
+  to write (its own test writes a small one)."""
   sets = tuple(name for name in make_real_sets.SETS if name != "scenes")
-  if worker_id == "master":
-    root = tmp_path_factory.mktemp("real_sets")
-    make_real_sets.write_all(str(root), sets)
-    return root
-  root = tmp_path_factory.getbasetemp().parent / "real_sets"
-  with filelock.FileLock(f"{root}.lock"):
-    if not (root / "written").exists():
-      make_real_sets.write_all(str(root), sets)
-      (root / "written").touch()
-  return root
+  return written_once(tmp_path_factory, worker_id, "real_sets", lambda root: make_real_sets.write_all(str(root), sets))
 
 
 def written_once(tmp_path_factory, worker_id, name, write):
   """The folder <name> that write(folder) fills, once per test session: under xdist by the first
-  worker that asks, in the folder its workers share (as `real_sets`), while the others wait on the
+  worker that asks, in the folder its workers share (pytest-xdist's recipe), while the others wait on the
   lock; `<name>.written` beside it says it is whole (a write that failed is started again). Tests
   only read it: a test that changes it works on a copy (shutil.copytree)."""
   parent = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
