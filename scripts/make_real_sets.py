@@ -304,8 +304,7 @@ WRITERS = {"voc": write_voc, "npy": write_npy, "identities": write_identities, "
            "scenes": write_scenes}
 
 
-# In each set's folder once it is whole: what wrote it (this code, its arguments) and every file with
-# its size, so that a rerun keeps a set that is still as written and writes only what is missing.
+# In a set's folder once it is whole: what wrote it and every file's size (a rerun keeps a set still so).
 STAMP = ".written.json"
 
 
@@ -320,13 +319,15 @@ def _is_whole(folder, stamp):
     return False
   files = written.get("files")
   return isinstance(files, dict) and bool(files) and all(
-      isinstance(size, int) and os.path.isfile(os.path.join(folder, path))
-      and os.path.getsize(os.path.join(folder, path)) == size for path, size in files.items())
+      _size(os.path.join(folder, path)) == size for path, size in files.items())
+
+
+def _size(path):
+  return os.path.getsize(path) if os.path.isfile(path) else None
 
 
 def write_all(out_dir, sets=SETS, train_identities=70):
-  """Writes the named sets into out_dir, but those already there whole from the same code and
-  arguments; returns {set name: (its folder, whether it was kept)}."""
+  """Writes the named sets into out_dir but those whole there already; {name: (folder, kept)}."""
   code = hashlib.sha256(b"".join(pathlib.Path(module).read_bytes()
                                 for module in (__file__, digit_scenes.__file__))).hexdigest()
   done = {}
@@ -339,8 +340,8 @@ def write_all(out_dir, sets=SETS, train_identities=70):
     if os.path.lexists(os.path.join(folder, STAMP)):
       os.remove(os.path.join(folder, STAMP))  # no longer true once the rewrite starts
     WRITERS[name](out_dir, **arguments)
-    files = {os.path.relpath(os.path.join(parent, file), folder): os.path.getsize(os.path.join(parent, file))
-             for parent, _, names in os.walk(folder) for file in names if file != STAMP}
+    paths = [os.path.join(parent, file) for parent, _, names in os.walk(folder) for file in names if file != STAMP]
+    files = {os.path.relpath(path, folder): _size(path) for path in paths}
     _write_lines(os.path.join(folder, STAMP), [json.dumps(dict(stamp, files=files))])
     done[name] = (folder, False)
   return done
