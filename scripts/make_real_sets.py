@@ -319,7 +319,7 @@ def _is_whole(folder, stamp):
     return False
   files = written.get("files")
   return isinstance(files, dict) and bool(files) and all(
-      _size(os.path.join(folder, path)) == size for path, size in files.items())
+      isinstance(size, int) and _size(os.path.join(folder, path)) == size for path, size in files.items())
 
 
 def _size(path):
