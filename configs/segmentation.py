@@ -153,16 +153,17 @@ def get_config(preset=None):
       # photos, scripts/make_real_sets.py's `scenes`), as the field's scene models do it: crops at a
       # random scale over the objects' size range, four light levels (total stride 32) at output stride
       # 4 ending in the context module (atrous rates 2 and 3 beside image pooling), polynomial decay
-      # (power 0.9), and many light steps: at half resolution (96-px crops at scales 0.35-0.7, evaluated
-      # and predicted at 0.5) a step costs a quarter, and 9000 of them scored mIoU 0.72 where 3300 at
-      # full resolution scored 0.63 in the same 10 CPU minutes. Four crops from each decoded photo:
-      # decoding a photo and its palette mask cost more CPU than the step's network (the input pipeline
-      # alone 45 -> 14 ms a batch), so a run costs a quarter less at the same mIoU within seeds
+      # (power 0.9), at half resolution (crops at scales 0.35-0.7, evaluated and predicted at 0.5): a
+      # step costs a quarter, and 9000 steps of 96-px crops scored mIoU 0.72 where 3300 at full
+      # resolution scored 0.63 in the same 10 CPU minutes. Four crops from each decoded photo: decoding
+      # a photo and its palette mask cost more CPU than the step's network (the input pipeline alone
+      # 45 -> 14 ms a batch). 160-px crops, which hold whole digits (21-140 px at those scales): 3500
+      # steps scored 0.736 where 9000 of 96 px scored 0.702, at three quarters of the CPU
       # (docs/benchmarks.md, Segmentation: the photo scenes preset).
       "scenes": {
-          "data.patch_size": 96, "data.patches_per_image": 4, "data.normalization": "per_image_standardization",
+          "data.patch_size": 160, "data.patches_per_image": 4, "data.normalization": "per_image_standardization",
           "data.augment.scale_range": (0.35, 0.7), "eval.scales": (0.5,), "train.batch_size": 8,
-          "train.num_steps": 9000, "train.log_every": 100, "train.eval_every": 9000, "train.checkpoint_every": 3000,
+          "train.num_steps": 3500, "train.log_every": 100, "train.eval_every": 3500, "train.checkpoint_every": 1000,
           "optimizer.learning_rate": 3e-3, "optimizer.schedule": "polynomial", "optimizer.power": 0.9,
           "model.widths": (16, 32, 64, 128), "model.output_stride": 4, "model.context_rates": (2, 3),
           "loss.dice_weight": 1.0,
