@@ -44,6 +44,9 @@ def get_config(preset=None):
   # shift the scene by up to this much. A patch larger than the scaled image holds all of it anyway.
   config.data.augment.crop_padding = 0
   config.data.augment.flip = False  # left and right swapped, image and mask together, half the time
+  # Each patch turned about its centre by an angle drawn uniformly within this many degrees either
+  # way (image bilinear, mask nearest); 0 = off.
+  config.data.augment.rotation = 0.0
   # Photometric jitter of the image, 0 = off: brightness adds at most this to pixels in [0, 1];
   # contrast and saturation multiply by a factor in [1 - value, 1 + value]; hue turns by at most
   # this fraction of the colour wheel.

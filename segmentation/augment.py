@@ -12,10 +12,13 @@ The patches (random_patches, each patch its own draws):
   crop padding: crop_padding pixels around the scaled image (image 0, mask the ignore label), so that
     a patch can shift the scene by up to that much; a patch larger than the padded image holds all
     of it, at a random place, with the same padding around it;
+  rotation: the patch turned about its centre by an angle uniform within rotation degrees either way;
   flip: left and right swapped in image and mask together, half the time.
-tf.image.crop_and_resize samples all three and the crop in one op for the image and one for the
-mask, at the patch's pixels only: scaling the whole image first and cutting it after cost twice as
-much. At scale 1 a patch starts on a whole pixel, so that shifts and flips copy pixels exactly.
+tf.image.crop_and_resize samples them all but the rotation and the crop in one op for the image and
+one for the mask, at the patch's pixels only: scaling the whole image first and cutting it after cost
+twice as much. A rotation needs a projective warp, which samples the same way at 2-3 times the CPU
+(so only rotation uses it). At scale 1 a patch starts on a whole pixel, so that shifts and flips copy
+pixels exactly.
 Then, on the image's patches alone:
   photometric distortion: brightness, contrast, saturation and hue jitter, one draw for the patches
     of an image (tf.image.stateless_random_*).
@@ -30,7 +33,7 @@ from common.data import pipeline
 
 # Each draw's seed is the element's seed folded with its own number, so that no two draws share one
 # and sample_patches' crop (which takes the element's seed itself) shares none.
-GEOMETRY, BRIGHTNESS, CONTRAST, SATURATION, HUE = range(1, 6)
+GEOMETRY, BRIGHTNESS, CONTRAST, SATURATION, HUE, ROTATION = range(1, 7)
 # data.augment.scale_range's bound: at 4 an image has 16 times its pixels to resize before the crop.
 MAX_SCALE = 4.0
 
@@ -42,6 +45,7 @@ class Augmentation:
   scale_range: tuple = (1.0, 1.0)  # (low, high) factors
   crop_padding: int = 0  # pixels around the scaled image
   flip: bool = False
+  rotation: float = 0.0  # patches turned by up to this many degrees either way
   brightness: float = 0.0  # at most this is added to pixels in [0, 1]
   contrast: float = 0.0  # each image's contrast times a factor in [1 - contrast, 1 + contrast]
   saturation: float = 0.0  # saturation times a factor in [1 - saturation, 1 + saturation]
@@ -53,6 +57,7 @@ class Augmentation:
                      and v[0] <= v[1] <= MAX_SCALE), f"(low, high) with 0 < low <= high <= {MAX_SCALE:g}"),
       "crop_padding": checks.NON_NEGATIVE_INT,
       "flip": checks.BOOL,
+      "rotation": checks.number(0, 180),
       "brightness": checks.FRACTION,
       "contrast": checks.FRACTION,
       "saturation": checks.FRACTION,
@@ -61,7 +66,7 @@ class Augmentation:
 
   @property
   def moves(self):
-    return tuple(self.scale_range) != (1.0, 1.0) or self.crop_padding > 0 or self.flip
+    return tuple(self.scale_range) != (1.0, 1.0) or self.crop_padding > 0 or self.flip or self.rotation > 0
 
   @property
   def distorts_colours(self):
@@ -83,7 +88,7 @@ def patches(image, mask, augmentation, patch_size, count, seed, ignore_label):
 
 
 def random_patches(image, mask, augmentation, patch_size, count, seed, ignore_label):
-  """The patches of the scale, crop padding and flip draws (see the module's docstring)."""
+  """The patches of the scale, crop padding, rotation and flip draws (see the module's docstring)."""
   draws = tf.random.stateless_uniform([count, 4], _fold(seed, GEOMETRY))
   low, high = (math.log(factor) for factor in augmentation.scale_range)
   scale = tf.exp(low + draws[:, 0] * (high - low))[:, None]  # [count, 1]
@@ -93,21 +98,45 @@ def random_patches(image, mask, augmentation, patch_size, count, seed, ignore_la
   room = tf.round(size * scale) + 2 * augmentation.crop_padding - patch_size  # [count, 2]
   start = (tf.minimum(room, 0.0) + tf.floor(draws[:, 1:3] * (tf.abs(room) + 1))
            - augmentation.crop_padding)
-  # The source positions of the first and last pixel centres of the patch.
-  first = (start + 0.5) / scale - 0.5
-  last = first + (patch_size - 1) / scale
-  if augmentation.flip:  # a box from right to left samples the patch mirrored
-    mirrored = draws[:, 3:] < 0.5
-    left, right = first[:, 1:], last[:, 1:]
-    first = tf.concat([first[:, :1], tf.where(mirrored, right, left)], axis=1)
-    last = tf.concat([last[:, :1], tf.where(mirrored, left, right)], axis=1)
-  boxes = tf.concat([first, last], axis=1) / tf.tile(tf.maximum(size - 1, 1.0), [2])
-  indices = tf.zeros([count], tf.int32)
-  crop = lambda tensor, method, outside: tf.image.crop_and_resize(
-      tensor[None], boxes, indices, [patch_size, patch_size], method, outside)
-  images = tf.saturate_cast(tf.round(crop(image, "bilinear", 0.0)), tf.uint8)
-  masks = tf.cast(crop(mask[..., None], "nearest", ignore_label)[..., 0], tf.uint8)
+  # The source position of the patch's centre (row, column) and the source step of one patch
+  # pixel (negative along a row: mirrored).
+  middle = (patch_size - 1) / 2
+  centre = (start + middle + 0.5) / scale - 0.5  # [count, 2]
+  mirror = tf.where(draws[:, 3:] < 0.5, -1.0, 1.0) if augmentation.flip else tf.ones([count, 1])
+  step = tf.concat([1 / scale, mirror / scale], axis=1)  # [count, 2]
+  if augmentation.rotation:
+    sample = _turned(centre, step, middle, patch_size,
+                     tf.random.stateless_uniform([count], _fold(seed, ROTATION), -1, 1)
+                     * math.radians(augmentation.rotation))
+  else:  # a box from the first pixel centre to the last; one from right to left samples mirrored
+    boxes = tf.concat([centre - middle * step, centre + middle * step], axis=1) / tf.tile(
+        tf.maximum(size - 1, 1.0), [2])
+    sample = lambda tensor, method, outside: tf.image.crop_and_resize(
+        tensor[None], boxes, tf.zeros([count], tf.int32), [patch_size, patch_size], method, outside)
+  images = tf.saturate_cast(tf.round(sample(image, "bilinear", 0.0)), tf.uint8)
+  masks = tf.cast(sample(mask[..., None], "nearest", ignore_label)[..., 0], tf.uint8)
   return images, masks
+
+
+def _turned(centre, step, middle, patch_size, angle):
+  """A sampler of patches turned by `angle` (radians [count]) about their centres: a patch pixel's
+  offset (row, column) from the middle times `step`, turned, plus `centre` is its source position.
+  crop_and_resize cannot turn; this warp costs about twice its CPU a patch, so only rotation uses it."""
+  cos, sin = tf.cos(angle), tf.sin(angle)
+  # ImageProjectiveTransformV3 maps an output (x, y), x the column, to the source
+  # (a0 x + a1 y + a2, b0 x + b1 y + b2).
+  a0, a1 = cos * step[:, 1], -sin * step[:, 0]
+  b0, b1 = sin * step[:, 1], cos * step[:, 0]
+  zeros = tf.zeros_like(angle)
+  transforms = tf.stack([a0, a1, centre[:, 1] - middle * (a0 + a1), b0, b1, centre[:, 0] - middle * (b0 + b1),
+                         zeros, zeros], axis=1)
+
+  def sample(tensor, method, outside):
+    tensors = tf.broadcast_to(tf.cast(tensor, tf.float32)[None], tf.concat([tf.shape(angle), tf.shape(tensor)], 0))
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=tensors, transforms=transforms, output_shape=[patch_size, patch_size],
+        interpolation=method.upper(), fill_mode="CONSTANT", fill_value=float(outside))
+  return sample
 
 
 def distort_colours(images, augmentation, seed):

@@ -51,6 +51,7 @@ for _command in TRAIN:
 SURFACES[f"{SEG}.train"].update({
     "images and masks": ("file", "skipped with data.skip_bad_files", "EXIF-rotated"),
     "split files": ("file",),
+    "data.augment.rotation": (None, "over 180 degrees", "negative", "not a number"),
 })
 SURFACES[f"{TRI}.train"].update({
     "identity folders": ("file", "skipped with data.skip_bad_files"),
@@ -328,6 +329,9 @@ ROWS = [
     (f"{SEG}.train", "split files", "wrong type", '"split file not UTF-8"', 2, BAD_INPUTS),
     (f"{SEG}.train", "split files", "another trainer's", NA, "a list of image ids belongs to no trainer"),
     (f"{SEG}.train", "split files", "a folder", '"split file is a folder"', 2, BAD_INPUTS),
+    (f"{SEG}.train", "data.augment.rotation", "over 180 degrees", '("data.augment.rotation", 181.0)', 2, CONFIG_VALUE),
+    (f"{SEG}.train", "data.augment.rotation", "negative", '("data.augment.rotation", -15.0)', 2, CONFIG_VALUE),
+    (f"{SEG}.train", "data.augment.rotation", "not a number", '("data.augment.rotation", None)', 2, CONFIG_VALUE),
 
     # triplet.train's data and baselines.
     (f"{TRI}.train", "identity folders", "missing", '"identity image a link to nothing"', 2, BAD_INPUTS),

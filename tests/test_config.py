@@ -69,6 +69,7 @@ OWN = {
         ("data.augment.scale_range", ("0.5", 2.0)), ("data.augment.crop_padding", -1),
         ("data.augment.flip", None), ("data.augment.brightness", 1.0),
         ("data.augment.contrast", -0.1), ("data.augment.saturation", 1.5), ("data.augment.hue", 0.6),
+        ("data.augment.rotation", 181.0), ("data.augment.rotation", -15.0), ("data.augment.rotation", None),
         ("model.widths", ()), ("model.widths", (-8, 16)), ("model.widths", ("",)),  # "" from the CLI
         ("model.widths", ("8", 16)), ("model.widths", (8.5, 16)), ("model.widths", (True, 8)),
         ("model.widths", None), ("model.weight_decay", -1e-4), ("model.sync_batch_norm", None),

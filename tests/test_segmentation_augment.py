@@ -16,7 +16,8 @@ PATCH = 24
 GEOMETRIC = {"scale": augment.Augmentation(scale_range=(0.5, 2.0)),
              "crop_padding": augment.Augmentation(crop_padding=10),
              "flip": augment.Augmentation(flip=True),
-             "all": augment.Augmentation(scale_range=(0.5, 2.0), crop_padding=10, flip=True)}
+             "rotation": augment.Augmentation(rotation=30.0),
+             "all": augment.Augmentation(scale_range=(0.5, 2.0), crop_padding=10, flip=True, rotation=30.0)}
 PHOTOMETRIC = augment.Augmentation(brightness=0.2, contrast=0.5, saturation=0.5, hue=0.1)
 
 
@@ -60,7 +61,7 @@ def test_the_square_stays_where_its_label_is(name):
   images, masks = train_patches(GEOMETRIC[name], batches=8)
   labelled, coloured = masks == SQUARE_LABEL, coloured_as_square(images)
   assert labelled.any(axis=(1, 2)).sum() >= 4  # the square is in most patches
-  if name in ("scale", "all"):
+  if name in ("scale", "rotation", "all"):
     # A bilinear pixel at the square's edge blends it with the background (at a corner less than
     # half of it may be square) where the nearest-neighbour label is the square's: they may differ
     # there and nowhere else.
@@ -89,6 +90,11 @@ def test_each_augmentation_changes_what_it_says():
   # Flip: the square's left edge is further right in some patches than any unflipped crop can put it.
   left_edge = lambda masks: [np.nonzero(m == SQUARE_LABEL)[1].min() for m in masks if (m == SQUARE_LABEL).any()]
   assert max(left_edge(train_patches(GEOMETRIC["flip"], batches=8)[1])) > max(left_edge(plain_masks))
+  # Rotation: a turned square fills less of the rows and columns it spans; an upright one all of them.
+  def fill(masks):
+    square = [m == SQUARE_LABEL for m in masks if (m == SQUARE_LABEL).sum() > 20]
+    return [s.sum() / (np.ptp(np.nonzero(s)[0]) + 1) / (np.ptp(np.nonzero(s)[1]) + 1) for s in square]
+  assert min(fill(train_patches(GEOMETRIC["rotation"], batches=8)[1])) < 0.8 and min(fill(plain_masks)) == 1
   # Photometric: the images change, the masks and the places of the crops do not.
   images, masks = train_patches(PHOTOMETRIC, batches=8)
   np.testing.assert_array_equal(masks, plain_masks)
@@ -96,8 +102,8 @@ def test_each_augmentation_changes_what_it_says():
 
 
 def test_the_same_seed_gives_the_same_patches_and_another_seed_others():
-  everything = augment.Augmentation(scale_range=(0.5, 2.0), crop_padding=6, flip=True, brightness=0.2,
-                                    contrast=0.5, saturation=0.5, hue=0.1)
+  everything = augment.Augmentation(scale_range=(0.5, 2.0), crop_padding=6, flip=True, rotation=20.0,
+                                    brightness=0.2, contrast=0.5, saturation=0.5, hue=0.1)
   first, again, other = (train_patches(everything, seed) for seed in (7, 7, 8))
   for a, b in zip(first, again):
     np.testing.assert_array_equal(a, b)
@@ -105,8 +111,8 @@ def test_the_same_seed_gives_the_same_patches_and_another_seed_others():
 
 
 def test_a_restored_iterator_continues_with_the_uninterrupted_patches(tmp_path):
-  everything = augment.Augmentation(scale_range=(0.5, 2.0), crop_padding=6, flip=True, brightness=0.2,
-                                    contrast=0.5, saturation=0.5, hue=0.1)
+  everything = augment.Augmentation(scale_range=(0.5, 2.0), crop_padding=6, flip=True, rotation=20.0,
+                                    brightness=0.2, contrast=0.5, saturation=0.5, hue=0.1)
   image, mask = square_scene()
   source = input_pipeline.Source(lambda _: tf.data.Dataset.from_tensors((image, mask)).repeat(), 1, None)
   make = lambda: iter(input_pipeline.make_train(source, 4, 3, patch_size=PATCH, patches_per_image=2,
