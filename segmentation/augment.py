@@ -16,8 +16,8 @@ The patches (random_patches, each patch its own draws):
   flip: left and right swapped in image and mask together, half the time.
 tf.image.crop_and_resize samples them all but the rotation and the crop in one op for the image and
 one for the mask, at the patch's pixels only: scaling the whole image first and cutting it after cost
-twice as much. A rotation needs a projective warp, which samples the same way at 2-3 times the CPU
-(so only rotation uses it). At scale 1 a patch starts on a whole pixel, so that shifts and flips copy
+twice as much. A rotation needs a projective warp, which samples the same way at about 3.5 times the
+CPU (so only rotation uses it). At scale 1 a patch starts on a whole pixel, so that shifts and flips copy
 pixels exactly.
 Then, on the image's patches alone:
   photometric distortion: brightness, contrast, saturation and hue jitter, one draw for the patches
@@ -121,7 +121,7 @@ def random_patches(image, mask, augmentation, patch_size, count, seed, ignore_la
 def _turned(centre, step, middle, patch_size, angle):
   """A sampler of patches turned by `angle` (radians [count]) about their centres: a patch pixel's
   offset (row, column) from the middle times `step`, turned, plus `centre` is its source position.
-  crop_and_resize cannot turn; this warp costs about twice its CPU a patch, so only rotation uses it."""
+  crop_and_resize cannot turn; this warp costs about 3.5 times its CPU a patch, so only rotation uses it."""
   cos, sin = tf.cos(angle), tf.sin(angle)
   # ImageProjectiveTransformV3 maps an output (x, y), x the column, to the source
   # (a0 x + a1 y + a2, b0 x + b1 y + b2).
