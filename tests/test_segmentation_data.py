@@ -31,8 +31,8 @@ from segmentation import visualize
 # The data fields of configs/segmentation.py, sized for tests.
 DEFAULTS = dict(
     source="synthetic", num_classes=5, ignore_label=255, patch_size=8, patches_per_image=4,
-    augment=dict(scale_range=(1.0, 1.0), crop_padding=0, flip=False, brightness=0.0, contrast=0.0,
-                 saturation=0.0, hue=0.0),
+    augment=dict(scale_range=(1.0, 1.0), crop_padding=0, flip=False, rotation=0.0, brightness=0.0,
+                 contrast=0.0, saturation=0.0, hue=0.0),
     skip_bad_files=False, duplicates="error", shuffle_buffer=64, eval_batch_size=16,
     eval_max_pixels=4096 * 2048, eval_fraction=0.25, class_names=(), cache_dir="", image_size=24,
     num_train_images=6, num_eval_images=3, images_dir="", masks_dir="", train_split="",
