@@ -139,13 +139,20 @@ def test_evaluating_a_saved_model_without_workdir_writes_only_the_report(smoke_r
 
 def test_evaluate_workdir_alone_needs_only_the_evaluation_files(tmp_path, run_cli):
   """A VOC run with a non-default model, evaluated by --workdir alone once its training images and
-  split file are gone: its own config, the same mIoU, and nothing written but the report."""
+  split file are gone: its own config, the same mIoU, and nothing written but the report. Evaluated
+  on its training split first: that report goes to eval-data.eval_split=train, the training's stays."""
   voc = tmp_path / "voc"
   helpers.write_voc(voc, num_images=4, size=(24, 32))
   workdir = tmp_path / "run"
   results = train.train_and_evaluate(smoke_config(**{
       "data.source": "voc", "data.voc_root": str(voc), "data.num_classes": 21, "model.widths": (8, 16),
       "train.num_steps": 2}), str(workdir))
+  # Another split's report goes beside the training's, which stays byte for byte.
+  report = {path: path.read_bytes() for path in (workdir / "eval").rglob("*") if path.is_file()}
+  on_train = run_cli(["-m", "segmentation.evaluate", f"--workdir={workdir}", "--config.data.eval_split=train"])
+  assert on_train.returncode == 0, on_train.stderr[-3000:]
+  assert {path: path.read_bytes() for path in (workdir / "eval").rglob("*") if path.is_file()} == report
+  assert (workdir / "eval-data.eval_split=train" / "per_class_iou.csv").is_file()
   for image_id in (voc / "ImageSets/Segmentation/train.txt").read_text().split():
     os.remove(voc / "JPEGImages" / f"{image_id}.jpg")
   os.remove(voc / "ImageSets/Segmentation/train.txt")

@@ -1,14 +1,17 @@
 """What the trainers' commands share: their command lines, the end of a training run (the loop,
 the export, the closing lines) and the whole evaluation command."""
 import contextlib
+import hashlib
 import json
 import os
+import re
 import tempfile
 
 from absl import logging
 
 from common.app import cli
 from common.app import startup
+from common.contract import config as config_lib
 from common.runtime import hardware
 from common.training import distributed
 from common.training import evaluation as evaluation_lib
@@ -82,12 +85,34 @@ def run_evaluation(default_config, default_workdir, make_task,
 def evaluate_run(config_flag, workdir, make_task, saved_model=None, report_dir=None):
   """Scores the newest checkpoint of workdir (or saved_model) on the evaluation set of
   make_task(config, workdir, for_training=False) and writes the report into report_dir (None:
-  <workdir>/eval; "": no report); returns (the Evaluation, the task, report_dir).
+  default_report_dir; "": no report); returns (the Evaluation, the task, report_dir).
 
   The config is the run's own (cli.run_config) unless --config is given.
   """
   config = cli.run_config(config_flag, workdir, saved_model)
   startup.prepare_run(config, work="evaluation")
   task = make_task(config, workdir, for_training=False)
-  report_dir = os.path.join(workdir, "eval") if report_dir is None else report_dir
+  report_dir = default_report_dir(workdir, config) if report_dir is None else report_dir
   return evaluation_lib.evaluate_saved(task, workdir, saved_model, report_dir), task, report_dir
+
+
+def default_report_dir(workdir, config):
+  """<workdir>/eval, where the training wrote its final report, for the run's own config; for
+  another (--config.data.eval_split=train, say), eval-<key=value,...> of the values that differ, so
+  that the training's report is never replaced by another split's or setting's."""
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      saved = config_lib.flat(json.load(f))
+  except (OSError, ValueError, AttributeError):  # cli.run_config has said what is wrong with it
+    return os.path.join(workdir, "eval")
+  changed = {key: value for key, value in config_lib.flat(config_lib.resolved(config)).items()
+             if key in saved and saved[key] != value}  # keys the run did not have are no change
+  if not changed:
+    return os.path.join(workdir, "eval")
+  name = re.sub(r"[^\w.=,+-]+", "_", ",".join(f"{key}={value}" for key, value in sorted(changed.items())))
+  if len(name) > 80:  # a file name's limit is 255 bytes: cut, and told apart by the whole name's hash
+    name = f"{name[:70]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+  report_dir = os.path.join(workdir, f"eval-{name}")
+  logging.info("the config is not the run's: the report goes to %s (the training's stays in %s)",
+               report_dir, os.path.join(workdir, "eval"))
+  return report_dir

@@ -247,17 +247,23 @@ def resolved(config):
   return json.loads(json.dumps(config.to_dict(), default=str))
 
 
-def diff(old, new, show=repr, prefix=""):
+def flat(values, prefix=""):
+  """{dotted key: value} of a nested dict's leaves."""
+  leaves = {}
+  for key, value in values.items():
+    if isinstance(value, dict):
+      leaves.update(flat(value, f"{prefix}{key}."))
+    else:
+      leaves[f"{prefix}{key}"] = value
+  return leaves
+
+
+def diff(old, new, show=repr):
   """['key: old -> new', ...] of the keys whose values differ between two dicts, nested dicts' keys
   dotted, each value written by `show`."""
-  changes = []
-  for key in sorted(set(old) | set(new)):
-    a, b = old.get(key), new.get(key)
-    if isinstance(a, dict) and isinstance(b, dict):
-      changes += diff(a, b, show, f"{prefix}{key}.")
-    elif a != b:
-      changes.append(f"{prefix}{key}: {show(a)} -> {show(b)}")
-  return changes
+  old, new = flat(old), flat(new)
+  return [f"{key}: {show(old.get(key))} -> {show(new.get(key))}" for key in sorted(set(old) | set(new))
+          if old.get(key) != new.get(key)]
 
 
 def write_config(config, workdir):
