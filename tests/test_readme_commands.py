@@ -127,7 +127,7 @@ ADAPTATIONS = {
     "python -m segmentation.train --config=configs/segmentation.py:scenes_128": Skip(REAL_DATA.format(
         "1,200 steps", "tests/test_real_segmentation.py")),
     "python -m segmentation.train --config=configs/segmentation.py:scenes": Run(
-        "a real-data recipe of 3,500 steps (6-15 CPU minutes by machine) whose figures segmentation/README.md "
+        "a real-data recipe of 6,000 steps (9-26 CPU minutes by machine) whose figures segmentation/README.md "
         "gives as measured, not asserted; 2 steps show the line reads the scenes set the make_real_sets "
         "line above wrote (its train_small split too), trains, evaluates and exports",
         append=TWO_STEPS),
