@@ -77,7 +77,7 @@ for _command in EVALUATE + PREDICT:
 for _command in EVALUATE:
   SURFACES[_command].update({
       "evaluation data": ("file",),
-      "--report_dir": ("output", "left out, another config than the run's"),
+      "--report_dir": ("output", "left out, a --config.* flag changes the run's config"),
       "signals": (None, "at start-up", "while evaluating", "after the last safe point"),
   })
 SURFACES[f"{TRI}.evaluate"]["initial_roc.json"] = ("file",)
@@ -463,7 +463,7 @@ ROWS = [
      "tests/test_cli_paths.py::test_read_only_report_and_output_folders_are_one_line_each"),
     (EVALUATE, "--report_dir", "full disk", "the disk is full: free some space or choose another {flag}", 2,
      HOSTILE + "test_a_report_or_an_output_on_a_full_disk_is_one_line"),
-    (EVALUATE, "--report_dir", "left out, another config than the run's", "eval-data.eval_split=train", 0,
+    (EVALUATE, "--report_dir", "left out, a --config.* flag changes the run's config", "eval-data.eval_split=train", 0,
      "tests/test_segmentation_train.py::test_evaluate_workdir_alone_needs_only_the_evaluation_files"),
     (EVALUATE, "signals", "while evaluating", "during the evaluation; nothing was written", 143,
      HOSTILE + "test_a_signal_at_the_safe_points_of_evaluate_and_of_the_trainers_export"),

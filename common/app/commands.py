@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 
 from absl import logging
@@ -97,16 +98,19 @@ def evaluate_run(config_flag, workdir, make_task, saved_model=None, report_dir=N
 
 
 def default_report_dir(workdir, config):
-  """<workdir>/eval, where the training wrote its final report, for the run's own config; for
-  another (--config.data.eval_split=train, say), eval-<key=value,...> of the values that differ, so
-  that the training's report is never replaced by another split's or setting's."""
+  """<workdir>/eval, where the training wrote its final report, unless a --config.key=value flag
+  changes one of the run's values (--config.data.eval_split=train, say): then eval-<key=value,...> of
+  those, so that the training's report is never replaced by another split's or setting's. Values a
+  --config file alone changes (training settings, mostly) leave the report in eval/."""
   try:
     with open(os.path.join(workdir, "config.json")) as f:
       saved = config_lib.flat(json.load(f))
   except (OSError, ValueError, AttributeError):  # cli.run_config has said what is wrong with it
     return os.path.join(workdir, "eval")
+  flags = config_lib.override_keys(sys.argv[1:])
   changed = {key: value for key, value in config_lib.flat(config_lib.resolved(config)).items()
-             if key in saved and saved[key] != value}  # keys the run did not have are no change
+             if any(key == flag or key.startswith(f"{flag}.") for flag in flags)
+             and key in saved and saved[key] != value}  # keys the run did not have are no change
   if not changed:
     return os.path.join(workdir, "eval")
   name = re.sub(r"[^\w.=,+-]+", "_", ",".join(f"{key}={value}" for key, value in sorted(changed.items())))
