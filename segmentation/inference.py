@@ -1,5 +1,6 @@
 """Logits of whole images for evaluation and prediction: the image whole, or in overlapping windows
-(eval.window, eval.stride), and test-time augmentation (eval.flip, eval.scales), averaged.
+(eval.window, eval.stride), and test-time augmentation (eval.flip, eval.scales), averaged; then, with
+eval.object_vote, one class per object (object_vote).
 
 As mmsegmentation's `slide` mode: windows of window x window pixels every `stride` pixels, the last
 of each row and column aligned to the image's edge, an image smaller than a window padded to it;
@@ -29,7 +30,9 @@ CHECKS = {
     "eval.scales": checks.sequence_of(
         checks.number(0, MAX_SCALE, low_open=True),
         f"a non-empty sequence of scales in (0, {MAX_SCALE:g}], e.g. (0.75, 1.0, 1.25)", non_empty=True),
+    "eval.object_vote": checks.BOOL,
 }
+BACKGROUND = 0  # the class that is no object (metrics.BACKGROUND)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,13 +43,15 @@ class Inference:
   stride: int = 0
   flip: bool = False
   scales: tuple = (1.0,)
+  object_vote: bool = False
   max_pixels: int = 4096 * 2048
 
   @property
   def streams(self):
     """Whether a photo's class ids can be computed a strip of windows at a time (streamed_class_ids):
-    windows without rescaling (a rescaled photo's logits are resized back as a whole)."""
-    return bool(self.window) and self.scales == (1.0,)
+    windows without rescaling (a rescaled photo's logits are resized back as a whole) and without the
+    vote (an object may span strips)."""
+    return bool(self.window) and self.scales == (1.0,) and not self.object_vote
 
   def windows_per_call(self, batch=1):
     """The windows one call of the network takes from a batch of images: as many as max_pixels holds,
@@ -68,12 +73,14 @@ def read_inference(config, max_pixels):
   if section.window ** 2 > max_pixels:
     raise ConfigError(f"eval.window={section.window} is {section.window ** 2:,} pixels, more than "
                       f"data.eval_max_pixels={max_pixels:,}, the bound on what one call of the network sees")
-  return Inference(section.window, section.stride, section.flip, tuple(section.scales), max_pixels)
+  return Inference(section.window, section.stride, section.flip, tuple(section.scales), section.object_vote,
+                   max_pixels)
 
 
 def image_logits(forward, images, inference):
   """float32 logits [B, H, W, C] of uint8 images [B, H, W, 3]: each variant's (scales x flip) logits
-  at the image's size, averaged (a running sum: one variant's logits held at a time)."""
+  at the image's size, averaged (a running sum: one variant's logits held at a time); then, with
+  inference.object_vote, object_vote's."""
   height, width = tf.shape(images)[1], tf.shape(images)[2]
   total, count = None, 0
   for scale in inference.scales:
@@ -86,7 +93,53 @@ def image_logits(forward, images, inference):
       logits = tf.reverse(logits, [2]) if flip else logits
       logits = tf.image.resize(logits, [height, width]) if scale != 1.0 else logits
       total, count = logits if total is None else total + logits, count + 1
-  return total if count == 1 else total / count
+  total = total if count == 1 else total / count
+  return object_vote(total) if inference.object_vote else total
+
+
+def object_vote(logits):
+  """Logits [B, H, W, C] whose argmax gives every pixel of an object the class most of the object's
+  pixels take. An object: an 8-connected region of pixels whose argmax is not BACKGROUND. On the
+  digit photos a network finds the digits (foreground-vs-background IoU 0.92) but calls parts of one
+  digit different digits; the vote added 0.02 mIoU there, 0.04 on 100 training photos
+  (segmentation/README.md). In each object pixel its top logit and the logit of its object's class
+  trade places: its scores stay its own, in another order, and background pixels are untouched, so
+  the objects' outlines stay the network's."""
+  class_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  where = tf.where(class_ids != BACKGROUND)  # [n, 3]: the object pixels
+  own = tf.gather_nd(class_ids, where)
+  regions, member = tf.unique(tf.gather_nd(connected_regions(class_ids != BACKGROUND), where))
+  classes = tf.shape(logits)[-1]
+  votes = tf.math.unsorted_segment_sum(tf.one_hot(own, classes, dtype=tf.int32), member, tf.size(regions))
+  winner = tf.gather(tf.argmax(votes, axis=-1, output_type=tf.int32), member)
+  scores = tf.gather_nd(logits, where)
+  top, chosen = (tf.one_hot(ids, classes, True, False) for ids in (own, winner))
+  swapped = tf.where(top, tf.gather(scores, winner, batch_dims=1)[:, None],
+                     tf.where(chosen, tf.gather(scores, own, batch_dims=1)[:, None], scores))
+  return tf.tensor_scatter_nd_update(logits, where, swapped)
+
+
+def connected_regions(mask):
+  """int32 [B, H, W]: each pixel of bool mask [B, H, W] the flat index of the last pixel of its
+  8-connected region, -1 off the mask. Each step takes the largest label among a pixel's neighbours,
+  then the label that label's pixel holds (pointer jumping: a label is always a pixel of its region,
+  so labels only grow, and a long stroke converges in far fewer steps than its length)."""
+  shape = tf.shape(mask)
+  height, width = shape[1], shape[2]
+  labels = tf.where(mask, tf.reshape(tf.range(tf.reduce_prod(shape)), shape), -1)
+
+  def step(labels, _):
+    padded = tf.pad(labels, [[0, 0], [1, 1], [1, 1]], constant_values=-1)
+    grown = labels
+    for dy in range(3):
+      for dx in range(3):
+        grown = tf.maximum(grown, padded[:, dy:dy + height, dx:dx + width])
+    grown = tf.where(mask, grown, -1)
+    jumped = tf.where(mask, tf.gather(tf.reshape(grown, [-1]), tf.maximum(grown, 0)), -1)
+    return jumped, tf.reduce_any(jumped != labels)
+
+  labels, _ = tf.while_loop(lambda _, changed: changed, step, [labels, tf.constant(True)])
+  return labels
 
 
 def _logits(forward, images, inference):

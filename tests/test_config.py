@@ -84,7 +84,7 @@ OWN = {
         # segmentation/inference.read_inference (stride against the window: test_segmentation_inference.py).
         ("eval.window", -1), ("eval.stride", -1), ("eval.stride", None),
         ("eval.flip", None), ("eval.scales", ()), ("eval.scales", (0.0, 1.0)), ("eval.scales", (1.0, 5.0)),
-        ("eval.scales", ("1",)), ("eval.overlays_every", -1),
+        ("eval.scales", ("1",)), ("eval.object_vote", None), ("eval.overlays_every", -1),
     ],
     "triplet": [
         ("loss.name", "triplet"), ("loss.margin", -0.1), ("loss.squared", None),

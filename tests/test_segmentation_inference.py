@@ -1,6 +1,7 @@
 """Sliding-window inference and test-time augmentation (segmentation/inference.py): one window over
 the image gives the whole image's logits, any tiling of a network of 1x1 convolutions is exact,
-flipping is undone, scales come back to the image's size; bad eval.* values are one line each; a
+flipping is undone, scales come back to the image's size; the object vote gives each connected object
+its majority class and leaves its outline; bad eval.* values are one line each; a
 photo over data.eval_max_pixels is refused naming eval.window, and predicted in tiles with it by the
 real command line."""
 import keras
@@ -109,6 +110,72 @@ def test_streamed_class_ids_are_the_argmax_of_the_whole_photos_logits():
     assert clear.mean() > 0.95, (window, stride)
     np.testing.assert_array_equal(streamed[clear], whole.argmax(-1)[clear])
   assert not inference_lib.Inference(window=16, stride=8, scales=(1.0, 1.5)).streams
+  assert not inference_lib.Inference(window=16, stride=8, object_vote=True).streams  # an object spans strips
+
+
+def flood_fill_regions(mask):
+  """connected_regions by hand: a breadth-first fill of each 8-connected region, labelled with its
+  last pixel's flat index."""
+  labels = np.full(mask.shape, -1)
+  for start in zip(*np.nonzero(mask)):
+    if labels[start] >= 0:
+      continue
+    region, queue = [start], [start]
+    labels[start] = 0
+    while queue:
+      b, y, x = queue.pop()
+      for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+          n = (b, y + dy, x + dx)
+          if 0 <= n[1] < mask.shape[1] and 0 <= n[2] < mask.shape[2] and mask[n] and labels[n] < 0:
+            labels[n] = 0
+            region.append(n)
+            queue.append(n)
+    labels[tuple(np.array(region).T)] = max(np.ravel_multi_index(p, mask.shape) for p in region)
+  return labels
+
+
+def test_connected_regions_are_a_flood_fill_of_8_connected_pixels():
+  """Random masks (many small regions, diagonal contacts), a one-pixel spiral whose path is ten times
+  its side, and two images of a batch, whose regions never join."""
+  rng = np.random.default_rng(4)
+  spiral = np.zeros((1, 41, 41), bool)
+  top, bottom, left, right = 0, 40, 0, 40
+  while top <= bottom and left <= right:
+    spiral[0, top, left:right + 1] = spiral[0, top:bottom + 1, right] = True
+    spiral[0, bottom, left:right + 1] = True
+    spiral[0, top + 2:bottom + 1, left] = True
+    top, bottom, left, right = top + 2, bottom - 2, left + 2, right - 2
+  for mask in (rng.random((2, 23, 31)) < 0.45, rng.random((1, 40, 40)) < 0.6, spiral):
+    np.testing.assert_array_equal(inference_lib.connected_regions(tf.constant(mask)).numpy(),
+                                  flood_fill_regions(mask))
+
+
+def test_the_object_vote_gives_each_object_its_majority_class_and_keeps_its_outline_and_scores():
+  """Two digits' worth of pixels called 3 and 5, mostly 3, and a separate object called 7 and 2, mostly
+  7: each object ends as its majority class; each pixel's scores are its own in another order; the
+  background and the objects' outlines stay as they were; on a whole batch, images apart."""
+  rng = np.random.default_rng(5)
+  called = np.zeros((2, 12, 16), np.int64)
+  called[0, 1:6, 1:5] = 3
+  called[0, 2:4, 2] = 5  # 2 of 20 pixels of the first object
+  called[0, 6, 5] = 5  # touches the first object only at a corner: one object
+  called[0, 7:11, 9:14] = 7
+  called[0, 8, 9:13] = 2  # 4 of 20
+  called[1, 0:3, 0:3] = 2  # the second image: one object of its own
+  scores = rng.normal(size=(2, 12, 16, 8)).astype(np.float32)
+  scores += 10 * np.eye(8, dtype=np.float32)[called]  # each pixel's top score is its called class
+  voted = inference_lib.object_vote(tf.constant(scores)).numpy()
+  expected = called.copy()
+  expected[0][np.isin(called[0], (3, 5))] = 3
+  expected[0][np.isin(called[0], (2, 7))] = 7
+  np.testing.assert_array_equal(voted.argmax(-1), expected)
+  np.testing.assert_array_equal(np.sort(voted, -1), np.sort(scores, -1))
+  np.testing.assert_array_equal(voted[called == 0], scores[called == 0])
+  untouched = tf.zeros([1, 4, 4, 3])  # nothing but background: nothing to vote on
+  np.testing.assert_array_equal(inference_lib.object_vote(untouched).numpy(), untouched.numpy())
+  on = logits(pointwise_forward(), random_images(1, 9, 9), object_vote=True)
+  assert on.shape == (1, 9, 9, 4)
 
 
 @pytest.mark.parametrize("overrides,line", [
