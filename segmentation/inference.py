@@ -121,25 +121,26 @@ def object_vote(logits):
 
 def connected_regions(mask):
   """int32 [B, H, W]: each pixel of bool mask [B, H, W] the flat index of the last pixel of its
-  8-connected region, -1 off the mask. Each step takes the largest label among a pixel's neighbours,
-  then the label that label's pixel holds (pointer jumping: a label is always a pixel of its region,
-  so labels only grow, and a long stroke converges in far fewer steps than its length)."""
-  shape = tf.shape(mask)
-  height, width = shape[1], shape[2]
-  labels = tf.where(mask, tf.reshape(tf.range(tf.reduce_prod(shape)), shape), -1)
+  8-connected region, -1 off the mask. The mask's pixels alone are labelled, each with its place
+  among them (a region's last pixel has its largest): each step takes the largest label among a
+  pixel's neighbours, then the label that label's pixel holds (pointer jumping: a label is always a
+  pixel of its region, so labels only grow, and a long stroke converges in far fewer steps than its
+  length)."""
+  where = tf.cast(tf.where(mask), tf.int32)  # [n, 3], in flat order
+  count = tf.shape(where)[0]
+  place = tf.pad(tf.tensor_scatter_nd_update(tf.fill(tf.shape(mask), -1), where, tf.range(count)),
+                 [[0, 0], [1, 1], [1, 1]], constant_values=-1)
+  neighbours = tf.stack([tf.gather_nd(place, where + [0, 1 + dy, 1 + dx]) for dy in (-1, 0, 1) for dx in (-1, 0, 1)], -1)
+  neighbours = tf.where(neighbours < 0, count, neighbours)  # none: the -1 appended to the labels
 
   def step(labels, _):
-    padded = tf.pad(labels, [[0, 0], [1, 1], [1, 1]], constant_values=-1)
-    grown = labels
-    for dy in range(3):
-      for dx in range(3):
-        grown = tf.maximum(grown, padded[:, dy:dy + height, dx:dx + width])
-    grown = tf.where(mask, grown, -1)
-    jumped = tf.where(mask, tf.gather(tf.reshape(grown, [-1]), tf.maximum(grown, 0)), -1)
+    grown = tf.reduce_max(tf.gather(tf.concat([labels, [-1]], 0), neighbours), -1)
+    jumped = tf.gather(grown, grown)
     return jumped, tf.reduce_any(jumped != labels)
 
-  labels, _ = tf.while_loop(lambda _, changed: changed, step, [labels, tf.constant(True)])
-  return labels
+  labels, _ = tf.while_loop(lambda _, changed: changed, step, [tf.range(count), tf.constant(True)])
+  flat = tf.reduce_sum(where * tf.stack([tf.shape(mask)[1] * tf.shape(mask)[2], tf.shape(mask)[2], 1]), -1)
+  return tf.tensor_scatter_nd_update(tf.fill(tf.shape(mask), -1), where, tf.gather(flat, labels))
 
 
 def _logits(forward, images, inference):
