@@ -130,7 +130,7 @@ def connected_regions(mask):
   count = tf.shape(where)[0]
   place = tf.pad(tf.tensor_scatter_nd_update(tf.fill(tf.shape(mask), -1), where, tf.range(count)),
                  [[0, 0], [1, 1], [1, 1]], constant_values=-1)
-  neighbours = tf.stack([tf.gather_nd(place, where + [0, 1 + dy, 1 + dx]) for dy in (-1, 0, 1) for dx in (-1, 0, 1)], -1)
+  neighbours = tf.stack([tf.gather_nd(place, where + [0, dy, dx]) for dy in range(3) for dx in range(3)], -1)
   neighbours = tf.where(neighbours < 0, count, neighbours)  # none: the -1 appended to the labels
 
   def step(labels, _):
