@@ -126,12 +126,15 @@ def connected_regions(mask):
   pixel's neighbours, then the label that label's pixel holds (pointer jumping: a label is always a
   pixel of its region, so labels only grow, and a long stroke converges in far fewer steps than its
   length)."""
-  where = tf.cast(tf.where(mask), tf.int32)  # [n, 3], in flat order
-  count = tf.shape(where)[0]
-  place = tf.pad(tf.tensor_scatter_nd_update(tf.fill(tf.shape(mask), -1), where, tf.range(count)),
-                 [[0, 0], [1, 1], [1, 1]], constant_values=-1)
-  neighbours = tf.stack([tf.gather_nd(place, where + [0, dy, dx]) for dy in range(3) for dx in range(3)], -1)
-  neighbours = tf.where(neighbours < 0, count, neighbours)  # none: the -1 appended to the labels
+  shape = tf.shape(mask)
+  # Flat indices into the mask with a rim of one pixel around each image: a neighbour is an offset away.
+  rimmed = tf.pad(mask, [[0, 0], [1, 1], [1, 1]])
+  at = tf.cast(tf.where(tf.reshape(rimmed, [-1]))[:, 0], tf.int32)  # the mask's pixels, in flat order
+  count, row = tf.size(at), shape[2] + 2
+  # Each flat index's place among the mask's pixels; count off the mask, where the labels' appended -1 is.
+  place = tf.tensor_scatter_nd_update(tf.fill([tf.size(rimmed)], count), at[:, None], tf.range(count))
+  offsets = tf.reshape(tf.range(-1, 2)[:, None] * row + tf.range(-1, 2)[None, :], [-1])
+  neighbours = tf.gather(place, at[:, None] + offsets[None, :])  # [n, 9]
 
   def step(labels, _):
     grown = tf.reduce_max(tf.gather(tf.concat([labels, [-1]], 0), neighbours), -1)
@@ -139,8 +142,10 @@ def connected_regions(mask):
     return jumped, tf.reduce_any(jumped != labels)
 
   labels, _ = tf.while_loop(lambda _, changed: changed, step, [tf.range(count), tf.constant(True)])
-  flat = tf.reduce_sum(where * tf.stack([tf.shape(mask)[1] * tf.shape(mask)[2], tf.shape(mask)[2], 1]), -1)
-  return tf.tensor_scatter_nd_update(tf.fill(tf.shape(mask), -1), where, tf.gather(flat, labels))
+  last = tf.gather(at, labels)  # each pixel's region's last pixel, as a flat index into `rimmed`
+  image, y, x = last // ((shape[1] + 2) * row), last // row % (shape[1] + 2) - 1, last % row - 1
+  found = tf.scatter_nd(at[:, None], (image * shape[1] + y) * shape[2] + x + 1, [tf.size(rimmed)]) - 1
+  return tf.reshape(found, tf.shape(rimmed))[:, 1:-1, 1:-1]
 
 
 def _logits(forward, images, inference):
