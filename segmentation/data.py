@@ -225,14 +225,13 @@ class SegmentationData:
   data_report: dict = dataclasses.field(default_factory=dict)
 
 
-def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_training=True, tiled=False):
+def make_datasets(settings, batch_size, seed, workdir=None, for_training=True, tiled=False):
   """Builds the train and eval pipelines of the configured source.
 
   Args:
     settings: DataSettings (read_settings of the config's data section).
     batch_size: training patches per batch.
     seed: seeds the synthetic scenes, shuffles and crops.
-    pad_multiple: eval images are padded to a multiple of this (the model's total stride).
     workdir: where synthetic scenes are cached when settings.cache_dir is empty.
     for_training: False for an evaluation, which lists and checks the evaluation files only (the
       training files are listed, not checked, where the evaluation set is a hash split of them).
@@ -252,7 +251,7 @@ def make_datasets(settings, batch_size, seed, pad_multiple, workdir=None, for_tr
       patches_per_image=settings.train.patches_per_image, shuffle_buffer=settings.train.shuffle_buffer,
       ignore_label=source.ignore_label, augmentation=settings.train.augment) if for_training else None
   eval_batch_size = settings.eval.eval_batch_size if eval_source.image_size else 1
-  evaluation = input_pipeline.make_eval(eval_source, source.ignore_label, pad_multiple, eval_batch_size)
+  evaluation = input_pipeline.make_eval(eval_source, eval_batch_size)
   logging.info("segmentation data: %s, %s eval images, %d classes", source.source,
                (f"{train_source.size:,} train images, " if for_training else "") + f"{eval_source.size:,}",
                source.num_classes)

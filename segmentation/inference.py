@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from common.contract import checks
 from common.contract.errors import ConfigError
+from segmentation import visualize
 
 WINDOW_KEY = "eval.window"  # named where an image over data.eval_max_pixels is refused: it tiles it
 MAX_SCALE = 4.0  # eval.scales' bound: at 4 an image has 16 times its pixels
@@ -32,7 +33,6 @@ CHECKS = {
         f"a non-empty sequence of scales in (0, {MAX_SCALE:g}], e.g. (0.75, 1.0, 1.25)", non_empty=True),
     "eval.object_vote": checks.BOOL,
 }
-BACKGROUND = 0  # the class that is no object (metrics.BACKGROUND)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +106,10 @@ def object_vote(logits):
   trade places: its scores stay its own, in another order, and background pixels are untouched, so
   the objects' outlines stay the network's."""
   class_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-  where = tf.where(class_ids != BACKGROUND)  # [n, 3]: the object pixels
+  objects = class_ids != visualize.BACKGROUND
+  where = tf.where(objects)  # [n, 3]: the object pixels
   own = tf.gather_nd(class_ids, where)
-  regions, member = tf.unique(tf.gather_nd(connected_regions(class_ids != BACKGROUND), where))
+  regions, member = tf.unique(connected_regions(objects))
   classes = tf.shape(logits)[-1]
   votes = tf.math.unsorted_segment_sum(tf.one_hot(own, classes, dtype=tf.int32), member, tf.size(regions))
   winner = tf.gather(tf.argmax(votes, axis=-1, output_type=tf.int32), member)
@@ -120,12 +121,11 @@ def object_vote(logits):
 
 
 def connected_regions(mask):
-  """int32 [B, H, W]: each pixel of bool mask [B, H, W] the flat index of the last pixel of its
-  8-connected region, -1 off the mask. The mask's pixels alone are labelled, each with its place
-  among them (a region's last pixel has its largest): each step takes the largest label among a
-  pixel's neighbours, then the label that label's pixel holds (pointer jumping: a label is always a
-  pixel of its region, so labels only grow, and a long stroke converges in far fewer steps than its
-  length)."""
+  """int32 [n]: for each of the n pixels of bool mask [B, H, W], in row-major order (tf.where's), the
+  place among them of the last pixel of its 8-connected region. Each pixel starts labelled with its
+  own place; each step takes the largest label among a pixel's neighbours, then the label that
+  label's pixel holds (pointer jumping: a label is always a pixel of its region, so labels only grow,
+  and a long stroke converges in far fewer steps than its length)."""
   shape = tf.shape(mask)
   # Flat indices into the mask with a rim of one pixel around each image: a neighbour is an offset away.
   rimmed = tf.pad(mask, [[0, 0], [1, 1], [1, 1]])
@@ -142,10 +142,7 @@ def connected_regions(mask):
     return jumped, tf.reduce_any(jumped != labels)
 
   labels, _ = tf.while_loop(lambda _, changed: changed, step, [tf.range(count), tf.constant(True)])
-  last = tf.gather(at, labels)  # each pixel's region's last pixel, as a flat index into `rimmed`
-  image, y, x = last // ((shape[1] + 2) * row), last // row % (shape[1] + 2) - 1, last % row - 1
-  found = tf.scatter_nd(at[:, None], (image * shape[1] + y) * shape[2] + x + 1, [tf.size(rimmed)]) - 1
-  return tf.reshape(found, tf.shape(rimmed))[:, 1:-1, 1:-1]
+  return labels
 
 
 def _logits(forward, images, inference):
@@ -165,7 +162,7 @@ def sliding_logits(forward, images, inference):
   inference.max_pixels holds (at least one)."""
   window = inference.window
   height, width, batch = tf.shape(images)[1], tf.shape(images)[2], tf.shape(images)[0]
-  # Smaller than a window: padded at the bottom and right (as the evaluation pads to the stride).
+  # Smaller than a window: padded at the bottom and right (as the forward pads to the stride).
   padded_h, padded_w = tf.maximum(height, window), tf.maximum(width, window)
   images = tf.pad(images, [[0, 0], [0, padded_h - height], [0, padded_w - width], [0, 0]])
   rows, cols = (window_starts(size, window, inference.stride) for size in (padded_h, padded_w))

@@ -18,7 +18,6 @@ def confusion_matrix(labels, logits, num_classes, ignore_label):
                                   num_classes=num_classes, dtype=tf.int64)
 
 
-BACKGROUND = 0  # the class that is no object: VOC's, the synthetic scenes', the digit scenes'
 # fg_bg_iou this much above the mIoU: the objects are found but their classes mixed up (issue 51's
 # first digit scenes: 0.918 against 0.634); a model that tells them apart scores both alike.
 MIXED_UP_GAP = 0.1
@@ -61,11 +60,12 @@ def class_iou(confusion):
 
 
 def fg_bg_iou(confusion):
-  """Foreground-vs-background IoU: every class but BACKGROUND merged into one, the IoU of that
+  """Foreground-vs-background IoU: every class but the background merged into one, the IoU of that
   foreground (0 when no pixel is foreground in labels or predictions)."""
   confusion = np.asarray(confusion, np.float64)
-  both = np.delete(np.delete(confusion, BACKGROUND, 0), BACKGROUND, 1).sum()  # object, called an object
-  either = confusion.sum() - confusion[BACKGROUND, BACKGROUND]
+  background = visualize.BACKGROUND
+  both = np.delete(np.delete(confusion, background, 0), background, 1).sum()  # object, called an object
+  either = confusion.sum() - confusion[background, background]
   return float(both / either) if either else 0.0
 
 

@@ -157,7 +157,7 @@ def pad_multiple(config):
 def whole_image_logits(model, images, multiple):
   """Logits of uint8 images of any size: padded to the stride's multiple, cropped back."""
   height, width = tf.shape(images)[1], tf.shape(images)[2]
-  return model(pipeline.pad_to_multiple(images, multiple, axis=1), training=False)[:, :height, :width]
+  return model(pipeline.pad_to_multiple(images, multiple), training=False)[:, :height, :width]
 
 
 def model_forward(model, multiple):
@@ -202,7 +202,7 @@ def make_task(config, workdir, for_training=True):
   """
   settings, inference = validate_config(config, for_training)  # every value checked before any file is listed
   multiple = pad_multiple(config)
-  data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, multiple, workdir, for_training,
+  data = data_lib.make_datasets(settings, config.train.batch_size, config.seed, workdir, for_training,
                                 tiled=bool(inference.window))
 
   class_names = data.class_names or tuple(str(c) for c in range(data.num_classes))  # ids, without names

@@ -13,7 +13,7 @@ from PIL import ImageFont
 
 from common.training import plots
 
-BACKGROUND = 0  # VOC's and the synthetic scenes' background class: not coloured
+BACKGROUND = 0  # the class that is no object (VOC's, the synthetic and digit scenes'): not coloured
 IGNORED = "ignored"
 MIN_SIDE = 256  # panels are enlarged (nearest neighbour) to at least this: a 28 px patch to 280
 _IGNORED_STRIPES = np.array([[255, 255, 255], [255, 105, 180]], np.uint8)  # white and pink: no class's

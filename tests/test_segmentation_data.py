@@ -110,32 +110,31 @@ def eval_labels(data):
 
 
 def test_synthetic_scenes_have_the_promised_shapes_and_ranges(tmp_path):
-  data = make_datasets(make_cfg(), batch_size=10, seed=3, pad_multiple=16, workdir=str(tmp_path))
+  data = make_datasets(make_cfg(), batch_size=10, seed=3, workdir=str(tmp_path))
   images, labels = first_batch(data.train)
   assert images.shape == (10, 8, 8, 3) and images.dtype == np.uint8
   assert labels.shape == (10, 8, 8) and labels.dtype == np.int32
   assert images.max() > 150  # not all dark: scenes have bright shapes
   assert set(np.unique(labels)) <= set(range(5))
   eval_batches = list(data.eval)
-  assert len(eval_batches) == 1  # three 24x24 scenes in one batch, padded to 32x32
+  assert len(eval_batches) == 1  # three 24x24 scenes in one batch, whole and unpadded
   eval_images, eval_labels_ = eval_batches[0]
-  assert eval_images.shape == (3, 32, 32, 3) and eval_labels_.shape == (3, 32, 32)
-  assert np.all(eval_labels_.numpy()[:, 24:, :] == 255) and np.all(eval_labels_.numpy()[:, :, 24:] == 255)
-  assert np.all(eval_images.numpy()[:, 24:, :] == 0)
+  assert eval_images.shape == (3, 24, 24, 3) and eval_labels_.shape == (3, 24, 24)
+  assert eval_labels_.dtype == np.int32 and set(np.unique(eval_labels_)) <= set(range(5))
   assert data.num_classes == 5 and data.num_eval_images == 3
   assert data.class_names == synthetic.CLASS_NAMES
 
 
 def test_synthetic_scenes_are_deterministic_and_cached(tmp_path):
   cfg = make_cfg(cache_dir=str(tmp_path / "cache"))
-  first = first_batch(make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
+  first = first_batch(make_datasets(cfg, 8, seed=5).train)
   (folder,) = os.listdir(tmp_path / "cache")
   written = os.path.getmtime(tmp_path / "cache" / folder / "train" / "images" / "00000.png")
-  again = first_batch(make_datasets(cfg, 8, seed=5, pad_multiple=4).train)
+  again = first_batch(make_datasets(cfg, 8, seed=5).train)
   np.testing.assert_array_equal(first[0], again[0])
   np.testing.assert_array_equal(first[1], again[1])
   assert os.path.getmtime(tmp_path / "cache" / folder / "train" / "images" / "00000.png") == written
-  other = first_batch(make_datasets(cfg, 8, seed=6, pad_multiple=4).train)
+  other = first_batch(make_datasets(cfg, 8, seed=6).train)
   assert not np.array_equal(first[0], other[0])
   assert len(os.listdir(tmp_path / "cache")) == 2
 
@@ -152,7 +151,7 @@ def test_synthetic_scene_draws_every_class():
 def test_folder_patches_stay_aligned_with_their_masks(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(20, 24)] * 6)
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, patch_size=12)
-  data = make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
+  data = make_datasets(cfg, batch_size=16, seed=0)
   for images, labels in data.train.take(3):
     labels = labels.numpy()
     assert images.shape == (16, 12, 12, 3)
@@ -160,7 +159,7 @@ def test_folder_patches_stay_aligned_with_their_masks(tmp_path):
     assert np.any(labels == 255) and np.any((labels > 0) & (labels < 5))
 
 
-def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path, caplog):
+def test_folder_eval_keeps_whole_images_at_their_own_sizes(tmp_path, caplog):
   sizes = [(20, 24), (17, 9), (12, 30)]
   images_dir, masks_dir, masks = write_folder(tmp_path, sizes)
   train_split, eval_split = write_split_files(tmp_path, ["img000"], ["img000", "img001", "img002"])
@@ -168,17 +167,14 @@ def test_folder_eval_keeps_whole_images_padded_with_the_ignore_label(tmp_path, c
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, train_split=train_split,
                  eval_split=eval_split, duplicates="warn")
   with caplog.at_level(logging.WARNING):
-    data = make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+    data = make_datasets(cfg, batch_size=4, seed=0)
   assert f"{eval_split}:1: image id 'img000' is in the training split too ({train_split}:1); kept in both" \
       in caplog.text
   batches = list(data.eval)
-  assert [tuple(images.shape) for images, _ in batches] == [(1, 24, 24, 3), (1, 24, 16, 3), (1, 16, 32, 3)]
+  assert [tuple(images.shape) for images, _ in batches] == [(1, 20, 24, 3), (1, 17, 9, 3), (1, 12, 30, 3)]
   for (images, labels), mask in zip(batches, masks):
-    labels = labels.numpy()[0]
-    height, width = mask.shape
-    np.testing.assert_array_equal(labels[:height, :width], mask)
-    assert np.all(labels[height:] == 255) and np.all(labels[:, width:] == 255)
-    assert np.array_equal(labels_from_colors(images.numpy()[0])[:height, :width], mask)
+    np.testing.assert_array_equal(labels.numpy()[0], mask)
+    assert np.array_equal(labels_from_colors(images.numpy()[0]), mask)
 
 
 def test_an_evaluation_image_larger_than_eval_max_pixels_is_refused_before_training(tmp_path):
@@ -189,14 +185,14 @@ def test_an_evaluation_image_larger_than_eval_max_pixels_is_refused_before_train
   cfg = make_cfg(source="folder", images_dir=images_dir, masks_dir=masks_dir, train_split=train_split,
                  eval_split=eval_split, duplicates="warn", eval_max_pixels=1000)
   with pytest.raises(DataError) as error:
-    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+    make_datasets(cfg, batch_size=4, seed=0)
   assert str(error.value).startswith(f"{images_dir}/img001.png: 40x30 is 1,200 pixels, more than "
                                      "data.eval_max_pixels=1,000")
   assert str(error.value).endswith("or raise data.eval_max_pixels, or set eval.window to evaluate it in tiles")
   # Evaluated in windows (eval.window), an image of any size is taken.
-  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8, tiled=True).num_eval_images == 2
+  assert make_datasets(cfg, batch_size=4, seed=0, tiled=True).num_eval_images == 2
   cfg.eval_max_pixels = 1200  # the training image (480 pixels) never counts, nor one at the bound
-  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
+  assert make_datasets(cfg, batch_size=4, seed=0).num_eval_images == 2
 
 
 def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(tmp_path, monkeypatch):
@@ -209,17 +205,17 @@ def test_a_tfrecord_eval_image_over_eval_max_pixels_is_refused_from_its_header(t
   # Refused before the up-front check decodes any record (of either split).
   with mock.patch.object(tfrecords, "check_tfrecords", side_effect=AssertionError("a record was decoded")):
     with pytest.raises(DataError) as error:
-      make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+      make_datasets(cfg, batch_size=4, seed=0)
   assert str(error.value).startswith(f"{tmp_path}/eval-00000-of-00001.tfrecord: record 1: 40x30 is 1,200 "
                                      "pixels, more than data.eval_max_pixels=1,000")
-  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8, tiled=True).num_eval_images == 2
+  assert make_datasets(cfg, batch_size=4, seed=0, tiled=True).num_eval_images == 2
   cfg.eval_max_pixels = 1200
-  assert make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8).num_eval_images == 2
+  assert make_datasets(cfg, batch_size=4, seed=0).num_eval_images == 2
   # An image over PIL's own bound (twice Image.MAX_IMAGE_PIXELS) is named from its header too.
   monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)
   with pytest.raises(DataError, match=r"eval-00000-of-00001.tfrecord: record 1: Image size \(1200 pixels\) "
                                       "exceeds limit of 1000 pixels"):
-    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=8)
+    make_datasets(cfg, batch_size=4, seed=0)
 
 
 def test_folder_without_split_files_holds_out_a_stable_eval_set(tmp_path):
@@ -243,7 +239,7 @@ def test_small_images_are_padded_to_the_patch_size_with_the_ignore_label():
 def test_voc_layout_reads_palette_masks_as_class_ids(tmp_path):
   masks = helpers.write_voc(tmp_path)
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21, patch_size=8)
-  data = make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=8, seed=0)
   assert data.class_names == seg_data.VOC_CLASS_NAMES
   (labels,) = eval_labels(data)
   np.testing.assert_array_equal(labels, masks[-1])
@@ -256,13 +252,13 @@ def test_voc_class_names_come_from_the_roots_class_names_txt_or_the_config(tmp_p
   names = [f"kind_{c}" for c in range(21)]
   (tmp_path / "class_names.txt").write_text("\n".join(names) + "\n")
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21, patch_size=8)
-  assert make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == tuple(names)
+  assert make_datasets(cfg, batch_size=8, seed=0).class_names == tuple(names)
   cfg.class_names = tuple(f"given_{c}" for c in range(21))  # the config wins over the file
-  assert make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4).class_names == cfg.class_names
+  assert make_datasets(cfg, batch_size=8, seed=0).class_names == cfg.class_names
   cfg.class_names = ()
   (tmp_path / "class_names.txt").write_text("\n".join(names[:11]) + "\n")
   with pytest.raises(DataError, match=r"class_names.txt: 11 class names for data.num_classes=21"):
-    make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=8, seed=0)
 
 
 def test_colorize_uses_voc_colors_so_summaries_match_voc_masks():
@@ -286,7 +282,7 @@ def test_voc_through_tfrecords_gives_the_same_labels(tmp_path):
     assert len(paths) == 2
   cfg = make_cfg(source="tfrecord", num_classes=21, train_pattern=str(tmp_path / "records" / "train-*"),
                  eval_pattern=str(tmp_path / "records" / "val-*"))
-  data = make_datasets(cfg, batch_size=8, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=8, seed=0)
   (labels,) = eval_labels(data)
   np.testing.assert_array_equal(labels, masks[-1])
   images, train_labels = first_batch(data.train)
@@ -299,7 +295,7 @@ def test_tfrecords_of_a_folder_keep_patches_aligned(tmp_path):
   convert_to_tfrecord.convert(pairs, 5, 255, str(tmp_path / "all"), num_shards=3)
   pattern = str(tmp_path / "all-*.tfrecord")
   cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern, patch_size=12)
-  data = make_datasets(cfg, batch_size=16, seed=0, pad_multiple=8)
+  data = make_datasets(cfg, batch_size=16, seed=0)
   images, labels = first_batch(data.train)
   assert np.array_equal(labels_from_colors(images), labels)
   assert data.num_eval_images == 4
@@ -324,7 +320,7 @@ def test_npy_patches_stream_with_their_labels(tmp_path, dtype, pixel_max):
   scale = 1.0 if pixel_max == 255 else 1 / 255
   images_path, labels_path = write_npy(tmp_path, 40, dtype=dtype, scale=scale)
   cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path, npy_pixel_max=pixel_max)
-  data = make_datasets(cfg, batch_size=12, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=12, seed=0)
   images, labels = first_batch(data.train)
   assert images.shape == (12, 8, 8, 3) and labels.shape == (12, 8, 8)
   assert np.array_equal(labels_from_colors(images), labels)
@@ -342,14 +338,14 @@ def test_npy_names_the_first_patch_with_nan(tmp_path):
   cfg = make_cfg(source="npy", train_images=str(tmp_path / "patches.npy"),
                  train_labels=str(tmp_path / "labels.npy"))
   with pytest.raises(DataError, match="patches.npy: index 13 contains NaN"):
-    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0)
 
 
 def test_npy_rejects_pixels_outside_the_configured_range(tmp_path):
   images_path, labels_path = write_npy(tmp_path, 4, dtype=np.float32)
   cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path, npy_pixel_max=1.0)
   with pytest.raises(DataError, match="images.npy: values span .* outside \\[0, data.npy_pixel_max=1\\]"):
-    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0)
 
 
 def test_npy_rejects_labels_out_of_range_and_mismatched_shapes(tmp_path):
@@ -359,10 +355,10 @@ def test_npy_rejects_labels_out_of_range_and_mismatched_shapes(tmp_path):
   np.save(labels_path, labels)
   cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path)
   with pytest.raises(DataError, match="labels.npy: index 6 has label 9"):
-    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0)
   np.save(labels_path, labels[:9])
   with pytest.raises(DataError, match="labels.npy: labels are \\[9, 8, 8\\], images .* are \\[10, 8, 8, 3\\]"):
-    make_datasets(cfg, batch_size=4, seed=0, pad_multiple=4)
+    make_datasets(cfg, batch_size=4, seed=0)
 
 
 def test_a_100mb_npy_dataset_stays_out_of_the_graph(tmp_path):
@@ -376,7 +372,7 @@ def test_a_100mb_npy_dataset_stays_out_of_the_graph(tmp_path):
   assert os.path.getsize(tmp_path / "images.npy") > 99_000_000
   cfg = make_cfg(source="npy", train_images=str(tmp_path / "images.npy"),
                  train_labels=str(tmp_path / "labels.npy"), patch_size=28)
-  data = make_datasets(cfg, batch_size=32, seed=0, pad_multiple=4)
+  data = make_datasets(cfg, batch_size=32, seed=0)
   for dataset in (data.train, data.eval):
     assert len(dataset._as_serialized_graph().numpy()) < 1 << 20  # pylint: disable=protected-access
   images, labels = first_batch(data.train)
@@ -390,14 +386,14 @@ def test_train_iterator_resumes_at_the_next_batch(tmp_path, source):
     cfg = make_cfg(source="npy", train_images=images_path, train_labels=labels_path)
   else:
     cfg = make_cfg()
-  iterator = iter(make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
+  iterator = iter(make_datasets(cfg, 8, seed=0, workdir=str(tmp_path)).train)
   for _ in range(3):
     next(iterator)
   checkpoint = tf.train.Checkpoint(iterator=iterator)
   path = checkpoint.save(str(tmp_path / "ckpt" / "it"))
   expected = [next(iterator) for _ in range(2)]
 
-  fresh = iter(make_datasets(cfg, 8, seed=0, pad_multiple=4, workdir=str(tmp_path)).train)
+  fresh = iter(make_datasets(cfg, 8, seed=0, workdir=str(tmp_path)).train)
   tf.train.Checkpoint(iterator=fresh).restore(path).assert_consumed()
   for (images, labels), (want_images, want_labels) in zip([next(fresh) for _ in range(2)], expected):
     np.testing.assert_array_equal(images.numpy(), want_images.numpy())
@@ -412,7 +408,7 @@ def test_a_corrupt_image_is_named(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 10)] * 4)
   (tmp_path / "images" / "img002.png").write_bytes(b"\x89PNG\r\n\x1a\ngarbage")
   with pytest.raises(DataError, match=f"^{images_dir}/img002.png: does not decode as an image"):
-    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0)
 
 
 def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
@@ -423,7 +419,7 @@ def test_skip_bad_files_skips_and_counts_corrupt_images(tmp_path, caplog):
   cfg = folder_cfg(images_dir, masks_dir, train_split=train_split, eval_split=eval_split,
                    skip_bad_files=True)
   with caplog.at_level(logging.WARNING):
-    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0)
   assert "skipped 2 of 5 files that do not decode: img001.png, img004.png" in caplog.text
   first_batch(data.train)
   pairs, _ = class_masks.check_pairs(seg_sources.list_folder_pairs(images_dir, masks_dir, train_split), 5, 255,
@@ -436,7 +432,7 @@ def test_a_mask_of_another_size_is_named(tmp_path):
   Image.fromarray(np.zeros((10, 11), np.uint8)).save(tmp_path / "masks" / "img001.png")
   with pytest.raises(DataError, match=f"^mask {masks_dir}/img001.png is 10x11, image {images_dir}/img001.png "
                                       "is 10x12$"):
-    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0)
 
 
 def test_a_class_id_beyond_num_classes_is_named(tmp_path):
@@ -445,15 +441,14 @@ def test_a_class_id_beyond_num_classes_is_named(tmp_path):
   Image.fromarray(masks[2]).save(tmp_path / "masks" / "img002.png")
   with pytest.raises(DataError, match=f"^{masks_dir}/img002.png: class id 7 >= data.num_classes=5 and not "
                                       "data.ignore_label=255$"):
-    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0)
 
 
 def test_an_empty_folder_is_named(tmp_path):
   (tmp_path / "images").mkdir()
   (tmp_path / "masks").mkdir()
   with pytest.raises(DataError, match=f"^{tmp_path}/images: no files ending in"):
-    make_datasets(folder_cfg(str(tmp_path / "images"), str(tmp_path / "masks")), 4, seed=0,
-                           pad_multiple=4)
+    make_datasets(folder_cfg(str(tmp_path / "images"), str(tmp_path / "masks")), 4, seed=0)
 
 
 def test_a_missing_split_file_is_named(tmp_path):
@@ -461,21 +456,21 @@ def test_a_missing_split_file_is_named(tmp_path):
   os.remove(tmp_path / "ImageSets/Segmentation/val.txt")
   cfg = make_cfg(source="voc", voc_root=str(tmp_path), num_classes=21)
   with pytest.raises(DataError, match=f"^{tmp_path}/ImageSets/Segmentation/val.txt: no such split file$"):
-    make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0)
 
 
 def test_an_image_without_a_mask_is_named(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 3)
   os.remove(tmp_path / "masks" / "img001.png")
   with pytest.raises(DataError, match=f"^image {images_dir}/img001.png has no mask {masks_dir}/img001.png$"):
-    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0)
 
 
 def test_masks_must_be_png_class_ids(tmp_path):
   images_dir, masks_dir, _ = write_folder(tmp_path, [(10, 12)] * 3)
   Image.fromarray(np.zeros((10, 12, 3), np.uint8)).save(tmp_path / "masks" / "img000.png")
   with pytest.raises(DataError, match="img000.png: masks must be 8-bit grayscale or palette PNGs"):
-    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0, pad_multiple=4)
+    make_datasets(folder_cfg(images_dir, masks_dir), 4, seed=0)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -486,7 +481,7 @@ def test_masks_must_be_png_class_ids(tmp_path):
 ])
 def test_bad_config_values_are_named(tmp_path, overrides, message):
   with pytest.raises(ConfigError, match=message):
-    make_datasets(make_cfg(**overrides), 4, seed=0, pad_multiple=4, workdir=str(tmp_path))
+    make_datasets(make_cfg(**overrides), 4, seed=0, workdir=str(tmp_path))
 
 
 def test_the_settings_groups_hold_every_key_of_the_data_section_once():
@@ -542,11 +537,11 @@ def test_a_truncated_png_is_refused_up_front_or_skipped_and_counted(tmp_path, ca
                                               ["img004", "img005"])
   cfg = folder_cfg(images_dir, masks_dir, train_split=train_split, eval_split=eval_split)
   with pytest.raises(listing.UndecodableFileError) as excinfo:
-    make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0)
   assert one_line(excinfo).startswith(f"{bad}: does not decode as an image (TensorFlow: ")
   cfg.skip_bad_files = True
   with caplog.at_level(logging.WARNING):
-    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0)
   assert f"skipping: {bad}: does not decode" in caplog.text
   counts = {"train": 0, "eval": 0}
   counts[split] = 1
@@ -580,11 +575,11 @@ def test_tfrecords_are_decoded_up_front_naming_shard_and_record(tmp_path, caplog
                  eval_pattern=bad if split == "eval" else good, patch_size=8)
   shard = str(tmp_path / "bad" / "train-00001-of-00002.tfrecord")
   with pytest.raises(listing.UndecodableFileError) as excinfo:
-    make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0)
   assert one_line(excinfo).startswith(f"{shard}: record 1: image/encoded: does not decode as an image")
   cfg.skip_bad_files = True
   with caplog.at_level(logging.WARNING):
-    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0)
   assert f"skipped 1 of 5 records that do not decode: {shard} record 1" in caplog.text
   counts = {"train": 0, "eval": 0}
   counts[split] = 1
@@ -604,7 +599,7 @@ def test_a_tfrecord_whose_mask_does_not_fit_its_image_is_named(tmp_path):
   cfg = make_cfg(source="tfrecord", train_pattern=pattern, eval_pattern=pattern)
   with pytest.raises(DataError, match=r"x-00000-of-00001.tfrecord: record 0: the mask is 10x11, the image "
                                       r"10x12$"):
-    make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0)
 
 
 def split_cfg(tmp_path, train_text, eval_text=b"img003\n", **overrides):
@@ -617,7 +612,7 @@ def split_cfg(tmp_path, train_text, eval_text=b"img003\n", **overrides):
 
 def test_split_files_may_start_with_a_bom_and_end_lines_with_crlf(tmp_path):
   cfg = split_cfg(tmp_path, "\ufeffimg000\r\nimg001 extra words\r\n".encode("utf-8"))
-  assert make_datasets(cfg, 4, seed=0, pad_multiple=4).num_eval_images == 1
+  assert make_datasets(cfg, 4, seed=0).num_eval_images == 1
   assert seg_sources.read_split_file(cfg.train_split) == {"img000": 1, "img001": 2}
 
 
@@ -632,7 +627,7 @@ def test_split_files_may_start_with_a_bom_and_end_lines_with_crlf(tmp_path):
 ])
 def test_bad_split_files_are_one_line_naming_file_and_line(tmp_path, train_text, expected):
   with pytest.raises(DataError) as excinfo:
-    make_datasets(split_cfg(tmp_path, train_text), 4, seed=0, pad_multiple=4)
+    make_datasets(split_cfg(tmp_path, train_text), 4, seed=0)
   assert re.search(f"^{tmp_path}/{expected}", one_line(excinfo))
 
 
@@ -640,22 +635,22 @@ def test_a_folder_or_nothing_where_a_split_file_should_be_is_named(tmp_path):
   cfg = split_cfg(tmp_path, b"img000\n")
   cfg.train_split = str(tmp_path / "images")
   with pytest.raises(DataError, match=f"^{tmp_path}/images: a folder, expected a split file$"):
-    make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0)
   cfg.train_split = str(tmp_path / "missing.txt")
   with pytest.raises(DataError, match=f"^{tmp_path}/missing.txt: no such split file$"):
-    make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0)
 
 
 def test_duplicates_warn_keeps_the_first_with_a_warning(tmp_path, caplog):
   cfg = split_cfg(tmp_path, b"img000\nimg001\nimg000\n", duplicates="warn")
   with caplog.at_level(logging.WARNING):
-    data = make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    data = make_datasets(cfg, 4, seed=0)
   assert f"{cfg.train_split}:3: image id 'img000' is listed again (first at line 1); keeping the first" \
       in caplog.text
   assert [os.path.basename(image) for image, _ in data.train_files] == ["img000.png", "img001.png"]
   cfg.duplicates = "maybe"
   with pytest.raises(ConfigError, match="data.duplicates='maybe' is not one of error, warn"):
-    make_datasets(cfg, 4, seed=0, pad_multiple=4)
+    make_datasets(cfg, 4, seed=0)
 
 
 def eval_batches(data):

@@ -37,21 +37,17 @@ def oversample(records, counts, oversample_to, seed):
   return records.filter(keep)
 
 
-def pad_to_multiple(tensor, multiple, value=0, axis=0):
-  """Pads axes `axis` and `axis + 1` (height, width) at the end to multiples of `multiple`."""
-  shape = tf.shape(tensor)
+def pad_to_multiple(images, multiple):
+  """Pads a batch of images [B, H, W, C] with zeros at the bottom and right to sides that are
+  multiples of `multiple`."""
+  shape = tf.shape(images)
   # Non-negative operands: tf2onnx lowers FloorMod to a remainder with the dividend's sign.
-  pad_h, pad_w = [(multiple - shape[i] % multiple) % multiple for i in (axis, axis + 1)]
-  rank = tf.rank(tensor)
-  paddings = tf.concat([tf.zeros([axis, 2], tf.int32), [[0, pad_h], [0, pad_w]],
-                        tf.zeros([rank - axis - 2, 2], tf.int32)], axis=0)
-  padded = tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
+  pad_h, pad_w = [(multiple - shape[i] % multiple) % multiple for i in (1, 2)]
+  padded = tf.pad(images, [[0, 0], [0, pad_h], [0, pad_w], [0, 0]])
   # A reshape to its own size, whose other axes are slices of the input's shape: LiteRT's converter
   # reads their static sizes from it (paddings known only at run time leave every axis unknown to it,
   # and its convolutions need the channels) for a model that takes any image size.
-  sizes = [shape[i] for i in range(tensor.shape.rank)]
-  sizes[axis], sizes[axis + 1] = sizes[axis] + pad_h, sizes[axis + 1] + pad_w
-  return tf.reshape(padded, tf.stack(sizes))
+  return tf.reshape(padded, tf.stack([shape[0], shape[1] + pad_h, shape[2] + pad_w, shape[3]]))
 
 
 def sample_patches(image, mask, patch_size, count, seed, ignore_label):
