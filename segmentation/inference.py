@@ -123,9 +123,11 @@ def object_vote(logits):
 def connected_regions(mask):
   """int32 [n]: for each of the n pixels of bool mask [B, H, W], in row-major order (tf.where's), the
   place among them of the last pixel of its 8-connected region. Each pixel starts labelled with its
-  own place; each step takes the largest label among a pixel's neighbours, then the label that
-  label's pixel holds (pointer jumping: a label is always a pixel of its region, so labels only grow,
-  and a long stroke converges in far fewer steps than its length)."""
+  own place; each step takes the largest label among a pixel's neighbours, hands it to the pixel its
+  label names too (hooking: a whole tree of labels moves at once), then follows the chain of labels
+  (the label that the label's pixel holds, and so on). A label is always a pixel of its region, so
+  labels only grow. Without the hook a maze of 8-pixel blocks took 141 steps, with it 6 (a 250x188
+  photo: 0.33 against 0.02 CPU s)."""
   shape = tf.shape(mask)
   # Flat indices into the mask with a rim of one pixel around each image: a neighbour is an offset away.
   rimmed = tf.pad(mask, [[0, 0], [1, 1], [1, 1]])
@@ -138,7 +140,9 @@ def connected_regions(mask):
 
   def step(labels, _):
     grown = tf.reduce_max(tf.gather(tf.concat([labels, [-1]], 0), neighbours), -1)
-    jumped = tf.gather(grown, grown)
+    hooked = tf.tensor_scatter_nd_max(grown, labels[:, None], grown)
+    once = tf.gather(hooked, hooked)
+    jumped = tf.gather(once, once)  # four links of the chain followed
     return jumped, tf.reduce_any(jumped != labels)
 
   labels, _ = tf.while_loop(lambda _, changed: changed, step, [tf.range(count), tf.constant(True)])

@@ -137,7 +137,7 @@ def flood_fill_regions(mask):
 
 def test_connected_regions_are_a_flood_fill_of_8_connected_pixels():
   """Random masks (many small regions, diagonal contacts), a one-pixel spiral whose path is ten times
-  its side, and two images of a batch, whose regions never join."""
+  its side, a maze of blocks, and two images of a batch, whose regions never join."""
   rng = np.random.default_rng(4)
   spiral = np.zeros((1, 41, 41), bool)
   top, bottom, left, right = 0, 40, 0, 40
@@ -146,7 +146,8 @@ def test_connected_regions_are_a_flood_fill_of_8_connected_pixels():
     spiral[0, bottom, left:right + 1] = True
     spiral[0, top + 2:bottom + 1, left] = True
     top, bottom, left, right = top + 2, bottom - 2, left + 2, right - 2
-  for mask in (rng.random((2, 23, 31)) < 0.45, rng.random((1, 40, 40)) < 0.6, spiral):
+  maze = np.kron(rng.random((1, 12, 16)) < 0.5, np.ones((1, 4, 4), bool))  # blocks joined at corners
+  for mask in (rng.random((2, 23, 31)) < 0.45, rng.random((1, 40, 40)) < 0.6, spiral, maze):
     places = inference_lib.connected_regions(tf.constant(mask)).numpy()
     np.testing.assert_array_equal(np.flatnonzero(mask)[places], flood_fill_regions(mask)[mask])
 
