@@ -51,7 +51,8 @@ def make_train(source, batch_size, seed, *, patch_size, patches_per_image, shuff
 
 def make_eval(source, batch_size):
   """One pass of the source's whole images, unpadded: padding them here, before eval.scales scales
-  them, gave the network other pixels than predict gives it (mIoU 0.846 against 0.864 on photos)."""
+  them, gave the network other pixels than predict gives it (the `scenes` preset, seed 0: mIoU
+  0.865 against 0.879)."""
   def to_int32(image, mask):
     return image, tf.cast(mask, tf.int32)
 
